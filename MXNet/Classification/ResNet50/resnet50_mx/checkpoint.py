@@ -1,0 +1,185 @@
+"""Load weights for inference: our training checkpoints, Gluon ``.params`` files, registry names.
+
+The registry (``checkpoints.yaml`` beside this package) lists public MXNet ResNet-50 v1.5 weights.
+GluonCV publishes them as ``<name>-<sha1 prefix>.zip`` holding ``<name>-<sha1 prefix>.params``: the
+hash in the name is the SHA-1 of the ``.params`` file, which is checked after extraction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+import zipfile
+from pathlib import Path
+
+import mxnet as mx
+
+from .model import build_model
+
+REGISTRY = Path(__file__).resolve().parent.parent / "checkpoints.yaml"
+
+
+def sha1_file(path) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def extract_gluoncv_zip(zip_path: Path) -> Path:
+    """Extract ``<name>-<hash>.params`` next to the zip (atomically) and check its SHA-1 prefix."""
+    from zoo.checkpoints import atomic_write
+
+    try:
+        with zipfile.ZipFile(zip_path) as zf:
+            members = [m for m in zf.namelist() if m.endswith(".params")]
+            if len(members) != 1:
+                raise SystemExit(f"{zip_path} should hold one .params file, holds {members}")
+            member = members[0]
+            target = zip_path.parent / Path(member).name
+            match = re.search(r"-([0-9a-f]{8,40})\.params$", target.name)
+            if target.is_file() and match and sha1_file(target).startswith(match.group(1)):
+                return target
+            with atomic_write(target) as tmp, zf.open(member) as src, open(tmp, "wb") as dst:
+                while chunk := src.read(1 << 20):
+                    dst.write(chunk)
+                if match and not sha1_file(tmp).startswith(match.group(1)):
+                    raise SystemExit(
+                        f"{member} in {zip_path} does not match the SHA-1 {match.group(1)} in its name"
+                    )
+    except zipfile.BadZipFile:
+        raise SystemExit(f"{zip_path} is not a zip archive") from None
+    return target
+
+
+def fetch_pretrained(name: str, cache_dir=None, registry=REGISTRY) -> Path:
+    """Download (or find in the cache) a registry checkpoint; returns the ``.params`` path."""
+    from zoo.checkpoints import CheckpointError, fetch, load_registry
+
+    try:
+        entry = load_registry(registry).get(name)
+        path = fetch(entry, cache_dir=cache_dir)
+    except CheckpointError as e:
+        raise SystemExit(str(e)) from None
+    if entry.format == "gluoncv_params_zip":
+        return extract_gluoncv_zip(path)
+    return path
+
+
+def mxnet_reason(error: Exception) -> str:
+    """The informative line of an MXNet error (its text starts with a C++ traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    useful = [line for line in lines if "Check failed" in line or "Error" in line]
+    return " ".join((useful or lines or ["unknown error"])[-1:])[:200]
+
+
+def read_params(path: Path) -> dict:
+    try:
+        params = mx.nd.load(str(path))
+    except mx.base.MXNetError as e:
+        raise SystemExit(f"{path} is not an MXNet parameter file ({mxnet_reason(e)})") from None
+    if not isinstance(params, dict) or "fc.weight" not in params:
+        raise SystemExit(f"{path} is not a ResNet-50 Gluon parameter file (no fc.weight)")
+    return params
+
+
+def resolve(checkpoint: str, cache_dir=None) -> tuple[Path, dict]:
+    """A checkpoint argument -> (``.params`` path, metadata). Accepts a training-state ``.json``, a
+    results folder, a ``.params`` file or a registry name."""
+    path = Path(checkpoint)
+    meta: dict = {}
+    if path.is_dir():
+        path = (
+            path / "latest.json" if (path / "latest.json").is_file() else path / "checkpoints" / "latest.json"
+        )
+    if path.suffix == ".json" and path.is_file():
+        meta = json.loads(path.read_text())
+        return path.parent / meta["params"], meta
+    if path.is_file():
+        if path.suffix == ".zip":
+            return extract_gluoncv_zip(path), meta
+        return path, meta
+    if os.sep in checkpoint or checkpoint.endswith((".params", ".json", ".zip")):
+        raise SystemExit(f"checkpoint {checkpoint} does not exist")
+    return fetch_pretrained(checkpoint, cache_dir), meta
+
+
+def load_for_inference(
+    checkpoint: str,
+    *,
+    num_classes: int | None = None,
+    layout: str = "NCHW",
+    input_layout: str = "NCHW",
+    ctx=None,
+    cache_dir=None,
+):
+    """Build the network and load ``checkpoint`` into it; returns (net, metadata)."""
+    ctx = ctx or [mx.cpu()]
+    params_path, meta = resolve(checkpoint, cache_dir)
+    params = read_params(params_path)
+    found = int(params["fc.weight"].shape[0])
+    if num_classes is not None and num_classes != found:
+        raise SystemExit(f"checkpoint {checkpoint} has {found} classes, but {num_classes} were asked for")
+    conv1 = params["conv1.weight"].shape if "conv1.weight" in params else None
+    saved_layout = "NHWC" if conv1 is not None and conv1[-1] == 3 else "NCHW"
+    net = build_model(found, layout=saved_layout, input_layout=input_layout)
+    try:
+        net.load_parameters(str(params_path), ctx=ctx)
+    except (AssertionError, mx.base.MXNetError) as e:
+        raise SystemExit(
+            f"{params_path} does not fit ResNet-50 v1.5: {str(e).splitlines()[0][:200]}"
+        ) from None
+    if layout != saved_layout:
+        net = convert_layout(net, layout, input_layout, ctx)
+    meta = dict(meta, params=str(params_path), num_classes=found, layout=layout)
+    return net, meta
+
+
+def convert_layout(net, layout: str, input_layout: str, ctx):
+    """The same network with its convolutions in ``layout`` (weights OIHW <-> OHWI)."""
+    other = build_model(net.num_classes, layout=layout, input_layout=input_layout)
+    other.initialize(ctx=ctx)
+    source = net._collect_params_with_prefix()
+    axes = (0, 2, 3, 1) if layout == "NHWC" else (0, 3, 1, 2)
+    for name, param in other._collect_params_with_prefix().items():
+        value = source[name].data(ctx[0])
+        if value.ndim == 4:
+            value = mx.nd.transpose(value, axes=axes)
+        param.set_data(value)
+    return other
+
+
+def main(argv=None):
+    import argparse
+
+    from zoo.checkpoints import CheckpointError, load_registry
+
+    p = argparse.ArgumentParser(
+        prog="download_checkpoint.sh",
+        description="Pull a pretrained ResNet-50 v1.5 (MXNet) checkpoint by name from checkpoints.yaml.",
+    )
+    p.add_argument("name", nargs="?", help="registry name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the registry")
+    p.add_argument("--cache-dir", help="default: $ZOO_CACHE or ~/.cache/zoo/checkpoints")
+    p.add_argument("--registry", default=str(REGISTRY), help="checkpoint registry YAML")
+    args = p.parse_args(argv)
+    try:
+        registry = load_registry(args.registry)
+    except CheckpointError as e:
+        raise SystemExit(str(e)) from None
+    if args.list or not args.name:
+        for entry in registry.entries():
+            print(f"{entry.name:28s} {entry.format:22s} {entry.description}")
+        return
+    path = fetch_pretrained(args.name, args.cache_dir, args.registry)
+    params = read_params(path)
+    print(f"{args.name}: {path} ({int(params['fc.weight'].shape[0])} classes)", file=sys.stderr)
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""Serve a model repository with tritonserver and classify validation images through tritonclient (HTTP).
+
+The server comes from the ``nvidia-pytriton`` wheel through ``zoo.triton``. When this interpreter
+has no ``pytriton`` (the MXNet venv), ``python -m zoo.triton serve`` runs in ``$ZOO_TRITON_PYTHON``
+(default: the repository's ``.venv/pytorch/bin/python``); python-backend models run in
+``--python-env`` (default: this venv, which has onnxruntime and numpy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+MODEL_DIR = Path(__file__).resolve().parent.parent
+REPO_ROOT = MODEL_DIR.parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_python() -> str:
+    if importlib.util.find_spec("pytriton") is not None:
+        return sys.executable
+    candidate = os.environ.get("ZOO_TRITON_PYTHON") or str(REPO_ROOT / ".venv" / "pytorch" / "bin" / "python")
+    if not Path(candidate).is_file():
+        raise SystemExit(
+            "no tritonserver here: install nvidia-pytriton, or set ZOO_TRITON_PYTHON to a python that has it"
+        )
+    return candidate
+
+
+@contextlib.contextmanager
+def serve(
+    model_repository,
+    *,
+    models: list[str] | None = None,
+    python_env: str | None = None,
+    http_port: int | None = None,
+    timeout: float = 180,
+):
+    """Run tritonserver on ``model_repository`` until the block ends; yields the HTTP url ("host:port").
+
+    ``models`` limits the server to those models (linked into a temporary repository): the server
+    of the nvidia-pytriton wheel has the python backend only, not onnxruntime.
+    """
+    repo = Path(model_repository)
+    if not repo.is_dir():
+        raise SystemExit(f"model repository {repo} does not exist (make it with scripts/export_triton.sh)")
+    served = Path(tempfile.mkdtemp(prefix="zoo-repo-"))
+    for name in models or [p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file()]:
+        if not (repo / name / "config.pbtxt").is_file():
+            raise SystemExit(f"model repository {repo} has no model {name}")
+        (served / name).symlink_to((repo / name).resolve())
+    port = http_port or _free_port()
+    log = tempfile.NamedTemporaryFile(prefix="tritonserver-", suffix=".log", delete=False)
+    cmd = [server_python(), "-m", "zoo.triton", "serve", "--model-repository", str(served)]
+    cmd += ["--http-port", str(port), "--python-env", python_env or sys.prefix, "--log-path", log.name]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                lines = Path(log.name).read_text(errors="replace").strip().splitlines()
+                why = next((line for line in lines if "UNAVAILABLE" in line), lines[-1] if lines else "")
+                raise SystemExit(f"tritonserver did not start: {why[:400]} (log: {log.name})")
+            try:
+                with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"tritonserver not ready after {timeout:.0f} s (log: {log.name})")
+            time.sleep(0.5)
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # zoo.triton stops the server and its python stubs
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for link in served.iterdir():
+            link.unlink()
+        served.rmdir()
+
+
+def load_images(data_dir: str, image_size: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``count`` validation images, preprocessed as for evaluation (NCHW float32)."""
+    import mxnet as mx
+
+    from .data import DataSpec, build_loader
+
+    spec = DataSpec("recordio", data_dir, batch_size=min(count, 64), image_size=image_size, num_classes=0)
+    images, labels = [], []
+    for data, label, pad in build_loader(spec, train=False, epoch=0, seed=0, ctx=mx.cpu()):
+        valid = data.shape[0] - pad
+        images.append(data[:valid].asnumpy())
+        labels.append(label[:valid].asnumpy().astype(np.int64))
+        if sum(len(x) for x in images) >= count:
+            break
+    return np.concatenate(images)[:count], np.concatenate(labels)[:count]
+
+
+def classify(url: str, model: str, images: np.ndarray, batch_size: int) -> tuple[np.ndarray, list[float]]:
+    """Logits for ``images`` from the served ``model`` and the latency of each request (ms)."""
+    from zoo.triton import infer
+
+    logits, latencies = [], []
+    for start in range(0, len(images), batch_size):
+        batch = np.ascontiguousarray(images[start : start + batch_size], dtype=np.float32)
+        tic = time.perf_counter()
+        out = infer(url, model, {"input": batch}, ["logits"], protocol="http")["logits"]
+        latencies.append((time.perf_counter() - tic) * 1000)
+        logits.append(out)
+    return np.concatenate(logits), latencies
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="deploy_triton.sh",
+        description="Serve a Triton model repository (scripts/export_triton.sh) and classify validation images.",
+    )
+    p.add_argument("--model-repository", default="model_repository")
+    p.add_argument("--model", default="resnet50_mx_python", help="resnet50_mx_python or resnet50_mx_onnx")
+    p.add_argument("--data-dir", required=True, help="folder with val.rec/.idx")
+    p.add_argument("--image-size", type=int, help="default: read from the model's config.pbtxt")
+    p.add_argument("--num-images", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--url", help="query a running server at host:port instead of starting one")
+    p.add_argument("--http-port", type=int, help="port for the started server (default: a free one)")
+    p.add_argument("--python-env", help="venv running python-backend models (default: this one)")
+    args = p.parse_args(argv)
+
+    image_size = args.image_size or _config_image_size(
+        Path(args.model_repository) / args.model / "config.pbtxt"
+    )
+    images, labels = load_images(args.data_dir, image_size, args.num_images)
+    with contextlib.ExitStack() as stack:
+        url = args.url or stack.enter_context(
+            serve(
+                args.model_repository,
+                models=[args.model],
+                python_env=args.python_env,
+                http_port=args.http_port,
+            )
+        )
+        logits, latencies = classify(url, args.model, images, args.batch_size)
+    from zoo.bench import percentiles
+
+    predictions = logits.argmax(axis=1)
+    names = _labels(Path(args.model_repository) / args.model)
+    for i in range(min(10, len(predictions))):
+        shown = names[predictions[i]] if names else predictions[i]
+        print(f"image {i}: predicted {shown} (label {names[labels[i]] if names else labels[i]})")
+    result = {
+        "model": args.model,
+        "images": int(len(images)),
+        "top1": float((predictions == labels).mean()),
+        "batch_size": args.batch_size,
+        "latency_ms": percentiles(latencies),
+    }
+    print(json.dumps(result))
+    return result
+
+
+def _config_image_size(config: Path) -> int:
+    if not config.is_file():
+        raise SystemExit(f"{config} not found: is --model right and the repository exported?")
+    dims = [
+        int(line.split(":")[1])
+        for line in config.read_text().splitlines()
+        if line.strip().startswith("dims:")
+    ]
+    return dims[2] if len(dims) >= 3 else 224
+
+
+def _labels(model_dir: Path) -> list[str] | None:
+    path = model_dir / "1" / "labels.txt"
+    return path.read_text().split() if path.is_file() else None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Top-1 / top-5 accuracy of a checkpoint on the validation RecordIO."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import mxnet as mx
+from mxnet import gluon
+
+
+def evaluate(net, loader, ctx) -> dict:
+    """Top-1, top-5 and image count over one pass of ``loader`` (filler samples of ``pad`` ignored)."""
+    correct1 = correct5 = total = 0
+    for data, label, pad in loader:
+        valid = data.shape[0] - pad
+        if valid <= 0:
+            continue
+        datas = gluon.utils.split_and_load(data[:valid], ctx, even_split=False)
+        labels = gluon.utils.split_and_load(label[:valid], ctx, even_split=False)
+        for x, y in zip(datas, labels, strict=True):
+            logits = net(x).astype("float32")
+            k = min(5, logits.shape[1])
+            top = mx.nd.topk(logits, axis=1, k=k).astype("int64")
+            y = y.astype("int64").reshape((-1, 1))
+            hits = top == y
+            correct1 += int(hits[:, 0].sum().asscalar())
+            correct5 += int(hits.sum().asscalar())
+            total += x.shape[0]
+    if total == 0:
+        raise SystemExit("the validation set is empty")
+    return {"top1": correct1 / total, "top5": correct5 / total, "images": total}
+
+
+def main(argv=None):
+    from .checkpoint import load_for_inference
+    from .data import BACKENDS, DataSpec, build_loader
+    from .train import parse_gpus
+
+    p = argparse.ArgumentParser(prog="evaluate.sh", description="Top-1/top-5 of a ResNet-50 v1.5 checkpoint.")
+    p.add_argument(
+        "--checkpoint", required=True, help="results dir, checkpoint .json, .params file or registry name"
+    )
+    p.add_argument("--data-dir", required=True, help="folder with val.rec/.idx")
+    p.add_argument("--data-backend", choices=[b for b in BACKENDS if b != "synthetic"], default="recordio")
+    p.add_argument("--batch-size", type=int, default=64, help="per device")
+    p.add_argument("--image-size", type=int, help="default: the checkpoint's, else 224")
+    p.add_argument("--num-classes", type=int, help="expected class count (checked against the checkpoint)")
+    p.add_argument("--gpus", help="GPU count or comma list of ids (empty: CPU)")
+    p.add_argument("--threads", type=int, default=4, help="decode threads")
+    args = p.parse_args(argv)
+
+    gpus = parse_gpus(args.gpus)
+    ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
+    net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes, ctx=ctx)
+    net.hybridize(static_alloc=True)
+    image_size = args.image_size or meta.get("image_size", 224)
+    spec = DataSpec(
+        backend=args.data_backend,
+        data_dir=args.data_dir,
+        batch_size=args.batch_size * len(ctx),
+        image_size=image_size,
+        num_classes=meta["num_classes"],
+        threads=args.threads,
+    )
+    tic = time.time()
+    result = evaluate(net, build_loader(spec, train=False, epoch=0, seed=0, ctx=ctx[0]), ctx)
+    result["images_per_s"] = result["images"] / (time.time() - tic)
+    print(
+        f"top1 {result['top1']:.4f}  top5 {result['top5']:.4f}  ({result['images']} images)", file=sys.stderr
+    )
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

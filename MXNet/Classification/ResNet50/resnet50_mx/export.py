@@ -1,0 +1,163 @@
+"""Export a checkpoint to ONNX (mxnet.onnx, dynamic batch) and write a Triton model repository.
+
+The repository holds ``<prefix>_onnx`` (onnxruntime_onnx backend) and ``<prefix>_python`` (python
+backend running the same ONNX model with onnxruntime). Its ``config.pbtxt`` files are built and
+validated by ``zoo.triton`` against Triton's ModelConfig protobuf, which needs ``tritonclient[grpc]``
+and protobuf >= 5: the MXNet venv pins protobuf < 4 for ``onnx==1.13.1``, so when this interpreter
+cannot import ``tritonclient.grpc`` that step runs in ``$ZOO_TRITON_PYTHON`` (default: the repository's
+``.venv/pytorch/bin/python``) through ``python -m resnet50_mx.triton_repo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+
+MODEL_DIR = Path(__file__).resolve().parent.parent
+REPO_ROOT = MODEL_DIR.parents[2]
+INPUT_NAME, OUTPUT_NAME = "input", "logits"
+
+
+def export_onnx(net, onnx_path, *, image_size: int) -> Path:
+    """Write ``net`` (NCHW input, any batch) as ONNX with input ``input`` and output ``logits``."""
+    import mxnet.onnx as mx_onnx
+    import onnx
+
+    onnx_path = Path(onnx_path)
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    net.hybridize()
+    net(mx.nd.zeros((1, 3, image_size, image_size)))  # builds the graph to export
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = os.path.join(tmp, "resnet50")
+        net.export(prefix, 0)
+        tmp_onnx = os.path.join(tmp, "model.onnx")
+        mx_onnx.export_model(
+            f"{prefix}-symbol.json",
+            f"{prefix}-0000.params",
+            [(1, 3, image_size, image_size)],
+            [np.float32],
+            tmp_onnx,
+            dynamic=True,
+            dynamic_input_shapes=[(None, 3, image_size, image_size)],
+        )
+        model = onnx.load(tmp_onnx)
+    _tidy_graph(model)
+    onnx.checker.check_model(model)
+    from zoo.checkpoints import atomic_write
+
+    with atomic_write(onnx_path) as tmp:
+        onnx.save(model, str(tmp))
+    return onnx_path
+
+
+def _tidy_graph(model) -> None:
+    """Name the input/output for clients; keep weights out of the graph inputs (lets onnxruntime fold them)."""
+    graph = model.graph
+    weights = {init.name for init in graph.initializer}
+    kept = [i for i in graph.input if i.name not in weights]
+    del graph.input[:]
+    graph.input.extend(kept)
+    renames = {graph.input[0].name: INPUT_NAME, graph.output[0].name: OUTPUT_NAME}
+    for value in list(graph.input) + list(graph.output):
+        value.name = renames.get(value.name, value.name)
+    for node in graph.node:  # touch only the few nodes that use a renamed tensor (protobuf is slow here)
+        for field in (node.input, node.output):
+            for i, name in enumerate(field):
+                if name in renames:
+                    field[i] = renames[name]
+
+
+def triton_python() -> str:
+    """The interpreter that can import tritonclient.grpc (this one, or $ZOO_TRITON_PYTHON / .venv/pytorch)."""
+    try:
+        import tritonclient.grpc.model_config_pb2  # noqa: F401
+
+        return sys.executable
+    except Exception:
+        pass
+    candidate = os.environ.get("ZOO_TRITON_PYTHON") or str(REPO_ROOT / ".venv" / "pytorch" / "bin" / "python")
+    if not Path(candidate).is_file():
+        raise SystemExit(
+            "writing config.pbtxt needs tritonclient[grpc] (protobuf >= 5), absent here: "
+            "set ZOO_TRITON_PYTHON to a python that has it (e.g. .venv/pytorch/bin/python)"
+        )
+    return candidate
+
+
+def write_repository(spec: dict) -> None:
+    """Build configs for ``spec`` (see triton_repo.write_repository) in a python that has tritonclient.grpc."""
+    python = triton_python()
+    if python == sys.executable:
+        from .triton_repo import write_repository as write
+
+        write(spec)
+        return
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(spec, f)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(MODEL_DIR), os.environ.get("PYTHONPATH", "")]))
+    try:
+        proc = subprocess.run(
+            [python, "-m", "resnet50_mx.triton_repo", "--spec", f.name],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        os.unlink(f.name)
+    sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise SystemExit(f"writing the Triton repository failed: {last}")
+
+
+def main(argv=None):
+    from .checkpoint import load_for_inference
+
+    p = argparse.ArgumentParser(
+        prog="export_triton.sh",
+        description="Export ResNet-50 v1.5 (MXNet) to ONNX and write a Triton model repository "
+        "(onnxruntime_onnx and python backends).",
+    )
+    p.add_argument(
+        "--checkpoint", required=True, help="results dir, checkpoint .json, .params or registry name"
+    )
+    p.add_argument("--model-repository", default="model_repository", help="output Triton repository")
+    p.add_argument(
+        "--name-prefix", default="resnet50_mx", help="models are <prefix>_onnx and <prefix>_python"
+    )
+    p.add_argument("--image-size", type=int, help="default: the checkpoint's, else 224")
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--instance-kind", choices=["KIND_GPU", "KIND_CPU"], default="KIND_GPU", help="onnx model")
+    p.add_argument("--num-classes", type=int, help="expected class count (checked against the checkpoint)")
+    args = p.parse_args(argv)
+
+    net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes)
+    image_size = args.image_size or meta.get("image_size", 224)
+    repo = Path(args.model_repository)
+    onnx_path = export_onnx(net, repo / ".export" / "model.onnx", image_size=image_size)
+    spec = {
+        "repository": str(repo.resolve()),
+        "onnx": str(onnx_path.resolve()),
+        "prefix": args.name_prefix,
+        "image_size": image_size,
+        "num_classes": meta["num_classes"],
+        "max_batch_size": args.max_batch_size,
+        "instance_kind": args.instance_kind,
+        "classes": meta.get("classes"),
+    }
+    write_repository(spec)
+    (repo / ".export" / "model.onnx").unlink()
+    (repo / ".export").rmdir()
+    print(f"wrote {repo}/{args.name_prefix}_onnx and {repo}/{args.name_prefix}_python", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

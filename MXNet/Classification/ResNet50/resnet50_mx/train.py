@@ -1,0 +1,498 @@
+"""Train ResNet-50 v1.5 with Gluon: one process drives all its GPUs through a kvstore.
+
+Parallelism:
+  * one process, several GPUs: ``--gpus 0,1,2,3`` with kvstore ``device`` (or ``nccl``);
+  * several processes / nodes: MXNet's parameter-server launcher. Every process runs this module;
+    ``DMLC_ROLE`` (scheduler | server | worker), ``DMLC_PS_ROOT_URI``/``DMLC_PS_ROOT_PORT``,
+    ``DMLC_NUM_WORKER`` and ``DMLC_NUM_SERVER`` come from the environment (``mxnet/tools/launch.py``
+    or a cluster scheduler sets them). Scheduler and server processes serve inside ``import mxnet``
+    and never reach the training loop; workers use kvstore ``dist_sync``;
+  * ``--horovod``: Horovod's MXNet binding where it is installed (one process per GPU).
+
+Checkpoints are written at the end of every epoch (parameters, trainer states, loss-scaler state,
+epoch and step); the data order, augmentation and MXNet RNG of an epoch are seeded from the epoch
+number, so ``--resume`` continues exactly the run that was interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import mxnet as mx
+from mxnet import autograd, gluon
+from mxnet.contrib import amp as mx_amp
+
+from .data import BACKENDS, DataSpec, build_loader, read_classes
+from .evaluate import evaluate
+from .model import LAYOUTS, build_model, count_parameters
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+DEFAULT_RECIPE = CONFIG_DIR / "resnet50_1gpu_90ep.yaml"
+AMP_MODES = ("none", "fp16", "bf16")
+LOG_EVERY = 20  # steps between reads of the loss (each read waits for the devices)
+
+
+# ----------------------------------------------------------------------------- recipe and schedule
+def learning_rate(step: int, *, base_lr: float, warmup_steps: int, total_steps: int, kind: str) -> float:
+    """Linear warm-up from 0, then cosine (or linear) decay to 0 at ``total_steps``."""
+    if warmup_steps and step < warmup_steps:
+        return base_lr * (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if kind == "cosine":
+        return 0.5 * base_lr * (1 + math.cos(math.pi * progress))
+    if kind == "linear":
+        return base_lr * (1 - progress)
+    if kind == "constant":
+        return base_lr
+    raise SystemExit(f"unknown schedule kind {kind!r} (cosine, linear, constant)")
+
+
+def smoothed_cross_entropy(F, logits, label, num_classes: int, smoothing: float):
+    """Per-sample cross-entropy against one-hot labels smoothed by ``smoothing``."""
+    off = smoothing / num_classes
+    target = F.one_hot(label, num_classes, on_value=1.0 - smoothing + off, off_value=off)
+    log_prob = F.log_softmax(logits.astype("float32"), axis=-1)
+    return -F.sum(target * log_prob, axis=-1)
+
+
+# ----------------------------------------------------------------------------- devices and processes
+def parse_gpus(value: str | None) -> list[int]:
+    """``"0,1"`` -> [0, 1]; ``"4"`` alone means the first four; empty/None means the CPU."""
+    if value in (None, "", "cpu"):
+        return []
+    try:
+        items = [int(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"--gpus must be a count or a comma list of GPU ids, got {value!r}") from None
+    gpus = list(range(items[0])) if len(items) == 1 and "," not in str(value) else items
+    available = mx.context.num_gpus()
+    if gpus and max(gpus) >= available:
+        raise SystemExit(f"--gpus {value} asks for GPU {max(gpus)} but this machine has {available} GPU(s)")
+    return gpus
+
+
+class Processes:
+    """This process's place in the job and the kvstore that joins the processes / devices."""
+
+    def __init__(self, kvstore: str, num_devices: int, horovod: bool):
+        self.hvd = None
+        self.kv = None
+        role = os.environ.get("DMLC_ROLE")
+        if horovod:
+            try:
+                import horovod.mxnet as hvd
+            except ImportError as e:
+                raise SystemExit(f"--horovod needs horovod built with MXNet support: {e}") from None
+            hvd.init()
+            self.hvd, self.rank, self.world, self.local_rank = hvd, hvd.rank(), hvd.size(), hvd.local_rank()
+            return
+        if role == "worker":
+            kvstore = kvstore if kvstore.startswith("dist") else "dist_sync"
+        elif kvstore.startswith("dist"):
+            raise SystemExit(f"kvstore {kvstore} needs the DMLC_* environment of MXNet's launcher")
+        if kvstore.startswith("dist") or num_devices > 1:
+            self.kv = mx.kv.create(kvstore)
+        self.rank = self.kv.rank if self.kv else 0
+        self.world = self.kv.num_workers if self.kv else 1
+        self.local_rank = 0
+
+    @property
+    def primary(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self):
+        if self.kv is not None and self.world > 1:
+            self.kv._barrier()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def checkpoint_dir(results_dir: str | os.PathLike) -> Path:
+    return Path(results_dir) / "checkpoints"
+
+
+def save_checkpoint(results_dir, epoch: int, net, trainer, state: dict) -> Path:
+    """Write epoch_NNN.{params,states,json}; ``latest.json`` last, so a torn write is never resumed."""
+    from zoo.checkpoints import atomic_write
+
+    folder = checkpoint_dir(results_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"epoch_{epoch:03d}"
+    with atomic_write(folder / f"{stem}.params") as tmp:
+        net.save_parameters(str(tmp))
+    with atomic_write(folder / f"{stem}.states") as tmp:
+        trainer.save_states(str(tmp))
+    state = dict(state, params=f"{stem}.params", states=f"{stem}.states")
+    text = json.dumps(state, indent=1)
+    for name in (f"{stem}.json", "latest.json"):
+        with atomic_write(folder / name) as tmp:
+            Path(tmp).write_text(text)
+    return folder / f"{stem}.json"
+
+
+def read_checkpoint_state(path: str | os.PathLike) -> tuple[Path, dict]:
+    """``path`` is a checkpoint's .json, or a results/checkpoints folder (its latest.json)."""
+    path = Path(path)
+    if path.is_dir():
+        path = (
+            path / "latest.json" if (path / "latest.json").is_file() else path / "checkpoints" / "latest.json"
+        )
+    if not path.is_file():
+        raise SystemExit(f"no checkpoint to resume at {path}")
+    try:
+        state = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"checkpoint state {path} is not valid JSON: {e}") from None
+    for key in ("epoch", "step", "params", "states"):
+        if key not in state:
+            raise SystemExit(f"checkpoint state {path} lacks '{key}'")
+    return path.parent, state
+
+
+# ----------------------------------------------------------------------------- the run
+def build_trainer(net, recipe: dict, procs: Processes, amp: str, base_lr: float):
+    opt = recipe["optimizer"]
+    params = net.collect_params()
+    if opt.get("no_decay_bn_bias", True):
+        for name, param in params.items():
+            if name.endswith(("gamma", "beta", "bias")):
+                param.wd_mult = 0.0
+    options = {
+        "learning_rate": base_lr,
+        "momentum": opt.get("momentum", 0.9),
+        "wd": opt.get("weight_decay", 1e-4),
+    }
+    name = opt.get("name", "sgd")  # any Gluon optimizer taking momentum: sgd, nag
+    if procs.hvd is not None:
+        trainer = procs.hvd.DistributedTrainer(params, name, options)
+        procs.hvd.broadcast_parameters(params, root_rank=0)
+    else:
+        trainer = gluon.Trainer(params, name, options, kvstore=procs.kv, update_on_kvstore=False)
+    if amp != "none":
+        mx_amp.init_trainer(trainer)
+    return trainer
+
+
+def loss_scaler_state(trainer) -> dict | None:
+    scaler = getattr(trainer, "_amp_loss_scaler", None)
+    if scaler is None:
+        return None
+    return {k: getattr(scaler, k) for k in ("_loss_scale", "_next_loss_scale", "_unskipped")}
+
+
+def restore_loss_scaler(trainer, state: dict | None):
+    scaler = getattr(trainer, "_amp_loss_scaler", None)
+    if scaler is not None and state:
+        for key, value in state.items():
+            setattr(scaler, key, value)
+
+
+def train_step(net, trainer, data, label, ctx, *, num_classes, smoothing, amp, step_batch):
+    """Forward, backward and update on ``data`` split over ``ctx``; returns (loss sum, correct) as
+    NDArrays on ``ctx[0]`` so that nothing here waits for the devices."""
+    datas = gluon.utils.split_and_load(data, ctx, even_split=False)
+    labels = gluon.utils.split_and_load(label, ctx, even_split=False)
+    with autograd.record():
+        outputs = [net(x) for x in datas]
+        losses = [
+            smoothed_cross_entropy(mx.nd, o, y, num_classes, smoothing)
+            for o, y in zip(outputs, labels, strict=True)
+        ]
+        if amp != "none":  # the scaling must be recorded too
+            with mx_amp.scale_loss(losses, trainer) as scaled:
+                autograd.backward(scaled)
+        else:
+            autograd.backward(losses)
+    trainer.step(step_batch)
+    loss = mx.nd.add_n(*[v.sum().as_in_context(ctx[0]) for v in losses])
+    hits = mx.nd.add_n(
+        *[
+            (o.argmax(axis=1) == y.astype(o.dtype)).astype("float32").sum().as_in_context(ctx[0])
+            for o, y in zip(outputs, labels, strict=True)
+        ]
+    )
+    return loss, hits
+
+
+def _drain(pending: list, loss_sum: float, correct: int, counted: int):
+    """Add the pending per-step (loss, hits, images) NDArrays to the running totals."""
+    for loss, hits, images in pending:
+        loss_sum += float(loss.asscalar())
+        correct += int(hits.asscalar())
+        counted += images
+    pending.clear()
+    return loss_sum, correct, counted
+
+
+def run(recipe: dict, args) -> dict:
+    """Train as the recipe says; returns the final metrics (train loss, top1/top5 if evaluated)."""
+    from zoo.log import MetricsLogger
+
+    amp = recipe.get("amp", "none") or "none"
+    if amp not in AMP_MODES:
+        raise SystemExit(f"amp must be one of {', '.join(AMP_MODES)}, got {amp!r}")
+    gpus = parse_gpus(recipe.get("gpus"))
+    procs = Processes(recipe.get("kvstore", "device"), len(gpus), recipe.get("horovod", False))
+    if procs.hvd is not None:
+        gpus = [procs.local_rank]
+    ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
+    if amp == "fp16" and not gpus:
+        raise SystemExit(
+            "--amp fp16 needs a GPU (MXNet's float16 kernels are GPU-only); on CPU use --amp bf16"
+        )
+    if amp != "none":
+        # Must precede building the network: AMP rewrites the operator namespaces.
+        mx_amp.init(target_dtype="float16" if amp == "fp16" else "bfloat16")
+
+    data_cfg, model_cfg, sched = recipe["data"], recipe["model"], recipe["schedule"]
+    seed = int(recipe.get("seed", 0))
+    spec = DataSpec(
+        backend=data_cfg["backend"],
+        data_dir=data_cfg.get("dir"),
+        batch_size=int(data_cfg["batch_size"]) * len(ctx),
+        image_size=int(data_cfg["image_size"]),
+        num_classes=int(model_cfg["num_classes"]),
+        num_parts=procs.world,
+        part_index=procs.rank,
+        threads=int(data_cfg.get("threads", 4)),
+        synthetic_batches=int(data_cfg.get("synthetic_batches", 20)),
+        layout=model_cfg.get("input_layout", "NCHW"),
+        random_resized_crop=bool(data_cfg.get("random_resized_crop", True)),
+        min_random_area=float(data_cfg.get("min_random_area", 0.08)),
+        mirror=bool(data_cfg.get("mirror", True)),
+    )
+    global_batch = spec.batch_size * procs.world
+    base_lr = float(recipe["optimizer"]["lr_per_256"]) * global_batch / 256
+
+    mx.random.seed(seed)
+    net = build_model(
+        spec.num_classes,
+        layout=model_cfg.get("layout", "NCHW"),
+        input_layout=spec.layout,
+        zero_init_last_gamma=model_cfg.get("zero_init_last_gamma", False),
+    )
+    net.initialize(mx.init.MSRAPrelu(factor_type="in", slope=0.0), ctx=ctx)
+    trainer = build_trainer(net, recipe, procs, amp, base_lr)
+
+    results = Path(recipe["results_dir"])
+    start_epoch, step, best = 0, 0, {}
+    if recipe.get("resume"):
+        folder, state = read_checkpoint_state(recipe["resume"])
+        try:
+            net.load_parameters(str(folder / state["params"]), ctx=ctx)
+            trainer.load_states(str(folder / state["states"]))
+        except (AssertionError, OSError, mx.base.MXNetError) as e:
+            reason = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
+            raise SystemExit(f"cannot resume from {folder}: {reason}") from None
+        restore_loss_scaler(trainer, state.get("loss_scaler"))
+        start_epoch, step, best = state["epoch"], state["step"], state.get("best", {})
+    if model_cfg.get("hybridize", True):
+        net.hybridize(static_alloc=True, static_shape=True)
+
+    first = build_loader(spec, train=True, epoch=start_epoch, seed=seed, ctx=ctx[0])
+    steps_per_epoch = first.batches
+    if recipe.get("steps_per_epoch"):
+        steps_per_epoch = min(steps_per_epoch, int(recipe["steps_per_epoch"]))
+    epochs = int(sched["epochs"])
+    total_steps = epochs * steps_per_epoch
+    warmup = int(round(float(sched.get("warmup_epochs", 0)) * steps_per_epoch))
+    num_classes, smoothing = spec.num_classes, float(recipe["loss"].get("label_smoothing", 0.0))
+    logger = MetricsLogger(
+        str(results / "metrics.jsonl"),
+        enabled=procs.primary,
+        total_steps=total_steps,
+        desc="train",
+        mlperf_benchmark="resnet",
+    )
+    if procs.primary:
+        print(
+            f"ResNet-50 v1.5: {count_parameters(net):,} parameters, {procs.world} process(es) x "
+            f"{len(ctx)} device(s) ({', '.join(map(str, ctx))}), global batch {global_batch}, lr {base_lr:g}, "
+            f"amp {amp}, kvstore {procs.kv.type if procs.kv else 'none'}, {steps_per_epoch} steps/epoch",
+            file=sys.stderr,
+        )
+        logger.event("global_batch_size", global_batch)
+    metrics: dict = {}
+    target = recipe.get("target_top1")
+    for epoch in range(start_epoch, epochs):
+        mx.random.seed(seed + 1000 * epoch + procs.rank)
+        loader = (
+            first
+            if epoch == start_epoch
+            else build_loader(spec, train=True, epoch=epoch, seed=seed, ctx=ctx[0])
+        )
+        loss_sum, correct, seen, counted, tic, pending = 0.0, 0, 0, 0, time.time(), []
+        for i, (data, label, _pad) in enumerate(loader):
+            if i >= steps_per_epoch:
+                break
+            lr = learning_rate(
+                step, base_lr=base_lr, warmup_steps=warmup, total_steps=total_steps, kind=sched["kind"]
+            )
+            trainer.set_learning_rate(lr)
+            # Gradients are summed over devices and workers by the kvstore: normalise by the global batch.
+            loss, hits = train_step(
+                net,
+                trainer,
+                data,
+                label,
+                ctx,
+                num_classes=num_classes,
+                smoothing=smoothing,
+                amp=amp,
+                step_batch=global_batch if procs.hvd is None else spec.batch_size,
+            )
+            step += 1
+            seen += data.shape[0]
+            pending.append((loss, hits, data.shape[0]))
+            if len(pending) >= LOG_EVERY:  # reading values waits for the devices: only now and then
+                loss_sum, correct, counted = _drain(pending, loss_sum, correct, counted)
+            logger.progress(
+                i + 1, data.shape[0] * procs.world, {"loss": loss_sum / max(1, counted), "lr": lr}
+            )
+        loss_sum, correct, counted = _drain(pending, loss_sum, correct, counted)
+        # BatchNorm's running statistics are written by the engine outside the static graph's
+        # dependency tracking: wait for every pending write before reading or saving them.
+        mx.nd.waitall()
+        elapsed = time.time() - tic
+        metrics = {
+            "loss": loss_sum / max(1, seen),
+            "train_top1": correct / max(1, seen),
+            "images_per_s": seen * procs.world / max(elapsed, 1e-9),
+        }
+        if recipe.get("evaluate", True) and spec.backend != "synthetic":
+            val = build_loader(spec, train=False, epoch=epoch, seed=seed, ctx=ctx[0])
+            metrics.update(evaluate(net, val, ctx))
+            if metrics["top1"] > best.get("top1", -1):
+                best = {"top1": metrics["top1"], "top5": metrics["top5"], "epoch": epoch + 1}
+        logger.log(step, dict(metrics, epoch=epoch + 1), units={"images_per_s": " img/s"}, phase="epoch")
+        procs.barrier()
+        if procs.primary and recipe.get("checkpoint", True):
+            state = {
+                "epoch": epoch + 1,
+                "step": step,
+                "best": best,
+                "metrics": metrics,
+                "loss_scaler": loss_scaler_state(trainer),
+                "num_classes": num_classes,
+                "classes": read_classes(spec.data_dir),
+                "layout": model_cfg.get("layout", "NCHW"),
+                "input_layout": spec.layout,
+                "image_size": spec.image_size,
+                "amp": amp,
+            }
+            save_checkpoint(results, epoch, net, trainer, state)
+        procs.barrier()
+        if recipe.get("stop_after") and epoch + 1 - start_epoch >= int(recipe["stop_after"]):
+            break  # a time-limited job: --resume continues from here
+        if target and metrics.get("top1", 0) >= float(target):
+            logger.event("run_stop", {"status": "success", "top1": metrics["top1"]})
+            break
+    logger.close()
+    results.mkdir(parents=True, exist_ok=True)
+    if procs.primary:
+        net.save_parameters(str(results / "final.params"))
+    if procs.world > 1:  # every worker's copy, to check that the replicas agree
+        net.save_parameters(str(results / f"final.rank{procs.rank}.params"))
+    return dict(metrics, best=best, step=step, rank=procs.rank)
+
+
+# ----------------------------------------------------------------------------- command line
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="train.sh",
+        description="Train ResNet-50 v1.5 (MXNet Gluon). Flags override the recipe; --set key=value overrides any key.",
+    )
+    p.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe YAML (configs/*.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
+    p.add_argument(
+        "--data-dir", help="folder with train.rec/.idx and val.rec/.idx (scripts/download_data.sh)"
+    )
+    p.add_argument("--data-backend", choices=BACKENDS, help="input pipeline")
+    p.add_argument("--synthetic", action="store_true", help="same as --data-backend synthetic")
+    p.add_argument("--gpus", help="GPU count ('0': CPU) or comma list of ids ('2,3'; one id: '2,')")
+    p.add_argument(
+        "--kvstore", help="device | nccl | dist_sync | dist_device_sync (dist_*: set by the launcher)"
+    )
+    p.add_argument("--horovod", action="store_true", help="Horovod instead of the kvstore (where installed)")
+    p.add_argument("--amp", choices=AMP_MODES, help="mixed precision: fp16 (GPU) or bf16 (CPU, oneDNN)")
+    p.add_argument("--layout", choices=LAYOUTS, help="convolution layout (NHWC is fastest on GPU)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--batch-size", type=int, help="per device")
+    p.add_argument("--image-size", type=int)
+    p.add_argument("--num-classes", type=int)
+    p.add_argument("--lr-per-256", type=float, help="learning rate per 256 images of global batch")
+    p.add_argument(
+        "--steps-per-epoch", type=int, help="cap the steps of each epoch (smoke tests, benchmarks)"
+    )
+    p.add_argument("--target-top1", type=float, help="stop once validation top-1 reaches this fraction")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--no-eval", action="store_true", help="skip validation after each epoch")
+    p.add_argument("--no-hybridize", action="store_true", help="run the network imperatively")
+    p.add_argument("--results-dir", default="results", help="checkpoints/ and metrics.jsonl go here")
+    p.add_argument("--stop-after", type=int, help="end this job after N epochs (for time-limited jobs)")
+    p.add_argument(
+        "--resume", help="checkpoint .json or results dir to continue from ('auto': this --results-dir)"
+    )
+    return p
+
+
+def recipe_from_args(args) -> dict:
+    from zoo.recipe import load_recipe, parse_overrides
+
+    overrides = parse_overrides(args.set)
+    flag_keys = {
+        "data_dir": "data.dir",
+        "data_backend": "data.backend",
+        "gpus": "gpus",
+        "kvstore": "kvstore",
+        "amp": "amp",
+        "layout": "model.layout",
+        "epochs": "schedule.epochs",
+        "batch_size": "data.batch_size",
+        "image_size": "data.image_size",
+        "num_classes": "model.num_classes",
+        "lr_per_256": "optimizer.lr_per_256",
+        "seed": "seed",
+        "target_top1": "target_top1",
+    }
+    for flag, key in flag_keys.items():
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[key] = value
+    recipe = load_recipe(args.recipe, overrides)
+    if args.synthetic:
+        recipe["data"]["backend"] = "synthetic"
+    if args.data_dir and not args.data_backend and recipe["data"]["backend"] == "synthetic":
+        recipe["data"]["backend"] = "recordio"
+    recipe["horovod"] = args.horovod
+    recipe["steps_per_epoch"] = args.steps_per_epoch
+    recipe["stop_after"] = args.stop_after
+    recipe["evaluate"] = not args.no_eval
+    recipe["model"]["hybridize"] = not args.no_hybridize
+    recipe["results_dir"] = args.results_dir
+    if args.resume == "auto":
+        latest = checkpoint_dir(args.results_dir) / "latest.json"
+        recipe["resume"] = str(latest) if latest.is_file() else None
+    else:
+        recipe["resume"] = args.resume
+    if isinstance(recipe.get("gpus"), int):
+        recipe["gpus"] = str(recipe["gpus"]) if recipe["gpus"] > 0 else None
+    return recipe
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    recipe = recipe_from_args(args)
+    result = run(recipe, args)
+    if result.get("rank", 0) == 0:
+        shown = {k: v for k, v in result.items() if k in ("loss", "train_top1", "top1", "top5", "best")}
+        print(json.dumps(shown))
+
+
+if __name__ == "__main__":
+    main()

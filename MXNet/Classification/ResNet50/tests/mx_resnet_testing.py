@@ -1,0 +1,37 @@
+"""Helpers shared by the tests (importable by name: conftest puts this folder on sys.path)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
+REPO_ROOT = MODEL_DIR.parents[2]
+# Two cores are shared with other work: keep each MXNet process to one or two threads.
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
+RECIPE = MODEL_DIR / "configs" / "resnet50_digits_cpu.yaml"
+
+
+def run_module(
+    module: str, *args, env: dict | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    """``python -m resnet50_mx.<module> args`` as a script would run it; fails the test on a non-zero exit."""
+    full_env = dict(os.environ, PYTHONPATH=str(MODEL_DIR), PYTHONUNBUFFERED="1", **(env or {}))
+    proc = subprocess.run(
+        [sys.executable, "-m", f"resnet50_mx.{module}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, f"{module} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def epoch_metrics(results_dir: Path) -> list[dict]:
+    lines = (Path(results_dir) / "metrics.jsonl").read_text().splitlines()
+    return [r["metrics"] for r in map(json.loads, lines) if r.get("phase") == "epoch"]

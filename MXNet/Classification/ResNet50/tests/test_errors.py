@@ -1,0 +1,206 @@
+"""Bad input ends in one clear line (SystemExit), and pretrained pulls are verified."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import shutil
+import threading
+import zipfile
+from pathlib import Path
+
+import mxnet as mx
+import pytest
+from mx_resnet_testing import MODEL_DIR, RECIPE
+from resnet50_mx.checkpoint import fetch_pretrained, load_for_inference
+from resnet50_mx.data import DataSpec, build_loader
+from resnet50_mx.prepare_data import convert
+from resnet50_mx.train import build_parser, recipe_from_args
+
+
+def one_line(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_missing_data_dir():
+    spec = DataSpec("recordio", "/nonexistent/imagenet", 8, 32, 10)
+    with pytest.raises(SystemExit) as e:
+        build_loader(spec, train=True, epoch=0, seed=0, ctx=mx.cpu())
+    assert "/nonexistent/imagenet does not exist" in one_line(e)
+
+
+def test_data_dir_without_recordio(tmp_path):
+    spec = DataSpec("recordio", str(tmp_path), 8, 32, 10)
+    with pytest.raises(SystemExit) as e:
+        build_loader(spec, train=True, epoch=0, seed=0, ctx=mx.cpu())
+    assert "has no train.rec" in one_line(e)
+
+
+def test_unknown_data_backend():
+    with pytest.raises(SystemExit) as e:
+        build_loader(DataSpec("lmdb", None, 8, 32, 10), train=True, epoch=0, seed=0, ctx=mx.cpu())
+    assert "unknown data backend 'lmdb'" in one_line(e)
+
+
+def test_corrupt_jpeg_is_named(tmp_path):
+    for split, count in (("train", 3), ("val", 1)):
+        folder = tmp_path / "images" / split / "cat"
+        folder.mkdir(parents=True)
+        for i in range(count):
+            shutil.copy(MODEL_DIR / "tests" / "data" / "tiny.jpg", folder / f"{i}.jpg")
+    (tmp_path / "images" / "train" / "cat" / "1.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    with pytest.raises(SystemExit) as e:
+        convert(tmp_path / "images", tmp_path / "rec", threads=1)
+    message = one_line(e)
+    assert "could not be decoded" in message and "1.jpg" in message
+    assert not (tmp_path / "rec" / "train.rec").exists()
+
+
+def test_image_folder_without_train(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        convert(tmp_path, tmp_path / "rec")
+    assert "has no train/ folder" in one_line(e)
+
+
+def test_unknown_recipe_key():
+    args = build_parser().parse_args(["--recipe", str(RECIPE), "--set", "optimizer.lr_per_265=0.1"])
+    with pytest.raises(SystemExit) as e:
+        recipe_from_args(args)
+    assert "lr_per_265" in one_line(e)
+
+
+def test_wrong_class_count_in_checkpoint(trained):
+    with pytest.raises(SystemExit) as e:
+        load_for_inference(str(trained), num_classes=1000)
+    assert "has 10 classes, but 1000 were asked for" in one_line(e)
+
+
+def test_corrupt_params_file(tmp_path):
+    bad = tmp_path / "broken.params"
+    bad.write_bytes(b"\x00" * 100)
+    with pytest.raises(SystemExit) as e:
+        load_for_inference(str(bad))
+    assert "is not an MXNet parameter file" in one_line(e)
+
+
+def test_unknown_checkpoint_name():
+    with pytest.raises(SystemExit) as e:
+        load_for_inference("resnet50_nonexistent")
+    assert "unknown checkpoint 'resnet50_nonexistent'" in one_line(e)
+    assert "resnet50_v1b_gluoncv" in str(e.value)
+
+
+def test_fp16_amp_on_cpu_is_refused(tmp_path, digits_rec):
+    from resnet50_mx.train import run
+
+    args = build_parser().parse_args(
+        [
+            "--recipe",
+            str(RECIPE),
+            "--amp",
+            "fp16",
+            "--data-dir",
+            str(digits_rec),
+            "--results-dir",
+            str(tmp_path),
+        ]
+    )
+    with pytest.raises(SystemExit) as e:
+        run(recipe_from_args(args), args)
+    assert "needs a GPU" in one_line(e)
+
+
+@pytest.fixture()
+def http_root(tmp_path):
+    """A folder served over HTTP on 127.0.0.1; yields (folder, base url)."""
+    root = tmp_path / "www"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def _gluoncv_style_zip(params: Path, folder: Path, name: str, hash_prefix: str | None = None) -> str:
+    """Zip ``params`` as GluonCV does: <name>-<sha1[:8]>.zip holding <name>-<sha1[:8]>.params."""
+    prefix = hash_prefix or hashlib.sha1(params.read_bytes()).hexdigest()[:8]
+    stem = f"{name}-{prefix}"
+    with zipfile.ZipFile(folder / f"{stem}.zip", "w") as zf:
+        zf.write(params, f"{stem}.params")
+    return f"{stem}.zip"
+
+
+def _registry(tmp_path, url: str) -> Path:
+    path = tmp_path / "checkpoints.yaml"
+    path.write_text(
+        "checkpoints:\n"
+        "  - name: digits_v1b\n"
+        f"    url: {url}\n"
+        "    sha256: null\n    size: null\n    format: gluoncv_params_zip\n"
+        "    framework: mxnet\n    model: ResNet50\n"
+    )
+    return path
+
+
+def test_pretrained_pull_from_local_server(tmp_path, http_root, trained):
+    root, base = http_root
+    params = trained / "final.params"
+    zip_name = _gluoncv_style_zip(params, root, "resnet50_v1b")
+    cache = tmp_path / "cache"
+    path = fetch_pretrained("digits_v1b", cache, _registry(tmp_path, f"{base}/{zip_name}"))
+    assert path.read_bytes() == params.read_bytes()
+    net, meta = load_for_inference(str(path))
+    assert meta["num_classes"] == 10
+    # a second pull is served from the cache, without the server
+    (root / zip_name).unlink()
+    assert fetch_pretrained("digits_v1b", cache, _registry(tmp_path, f"{base}/{zip_name}")) == path
+
+
+def test_pretrained_with_wrong_sha1_is_refused(tmp_path, http_root, trained):
+    root, base = http_root
+    zip_name = _gluoncv_style_zip(trained / "final.params", root, "resnet50_v1b", hash_prefix="deadbeef")
+    cache = tmp_path / "cache"
+    with pytest.raises(SystemExit) as e:
+        fetch_pretrained("digits_v1b", cache, _registry(tmp_path, f"{base}/{zip_name}"))
+    assert "does not match the SHA-1 deadbeef" in one_line(e)
+    assert not list(cache.glob("*.params"))
+
+
+def test_pretrained_missing_on_server(tmp_path, http_root):
+    _, base = http_root
+    with pytest.raises(SystemExit) as e:
+        fetch_pretrained("digits_v1b", tmp_path / "cache", _registry(tmp_path, f"{base}/nothing.zip"))
+    assert "404" in one_line(e) or "not found" in str(e.value).lower()
+
+
+def test_dali_backend_without_dali(digits_rec):
+    try:
+        import nvidia.dali  # noqa: F401
+
+        pytest.skip("DALI is installed here")
+    except ImportError:
+        pass
+    spec = DataSpec("dali-gpu", str(digits_rec), 8, 32, 10)
+    with pytest.raises(SystemExit) as e:
+        build_loader(spec, train=True, epoch=0, seed=0, ctx=mx.cpu())
+    assert "needs NVIDIA DALI's MXNet plugin" in one_line(e)
+
+
+def test_horovod_flag_without_horovod():
+    from resnet50_mx.train import Processes
+
+    try:
+        import horovod.mxnet  # noqa: F401
+
+        pytest.skip("Horovod is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(SystemExit) as e:
+        Processes("device", 1, horovod=True)
+    assert "--horovod needs horovod" in one_line(e)

@@ -1,0 +1,87 @@
+"""ONNX export parity with Gluon (onnxruntime) and the python-backend model served by the real tritonserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+import pytest
+from mx_resnet_testing import REPO_ROOT
+from resnet50_mx.checkpoint import load_for_inference
+from resnet50_mx.deploy import classify, load_images, serve
+
+SERVER_PYTHON = Path(os.environ.get("ZOO_TRITON_PYTHON", REPO_ROOT / ".venv" / "pytorch" / "bin" / "python"))
+
+
+@pytest.fixture(scope="module")
+def gluon_reference(trained, digits_rec):
+    """32 validation images and the logits of the trained Gluon network on them."""
+    images, labels = load_images(str(digits_rec), 32, 32)
+    net, _ = load_for_inference(str(trained))
+    logits = net(mx.nd.array(images)).asnumpy()
+    return images, labels, logits
+
+
+def test_repository_layout_and_configs(triton_repository):
+    for name in ("resnet50_mx_onnx", "resnet50_mx_python"):
+        assert (triton_repository / name / "config.pbtxt").is_file()
+        assert (triton_repository / name / "1" / "model.onnx").is_file()
+    onnx_config = (triton_repository / "resnet50_mx_onnx" / "config.pbtxt").read_text()
+    assert 'platform: "onnxruntime_onnx"' in onnx_config and "max_batch_size: 16" in onnx_config
+    assert 'backend: "python"' in (triton_repository / "resnet50_mx_python" / "config.pbtxt").read_text()
+    assert (triton_repository / "resnet50_mx_python" / "1" / "labels.txt").read_text().split() == list(
+        "0123456789"
+    )
+
+
+@pytest.mark.skipif(not SERVER_PYTHON.is_file(), reason="zoo.triton's ModelConfig check needs .venv/pytorch")
+def test_configs_parse_as_model_config(triton_repository):
+    proc = subprocess.run(
+        [str(SERVER_PYTHON), "-m", "zoo.triton", "validate", str(triton_repository)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "2 config.pbtxt" in proc.stdout
+
+
+def test_onnx_matches_gluon(triton_repository, gluon_reference):
+    import onnxruntime as ort
+
+    images, _, logits = gluon_reference
+    session = ort.InferenceSession(
+        str(triton_repository / "resnet50_mx_onnx" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    assert [i.name for i in session.get_inputs()] == ["input"]
+    assert [o.name for o in session.get_outputs()] == ["logits"]
+    for batch in (images[:1], images):  # dynamic batch
+        out = session.run(["logits"], {"input": batch})[0]
+        np.testing.assert_allclose(out, logits[: len(batch)], rtol=1e-3, atol=1e-4)
+    assert np.array_equal(out.argmax(1), logits.argmax(1))
+
+
+@pytest.mark.skipif(
+    not SERVER_PYTHON.is_file(), reason="tritonserver comes from nvidia-pytriton in .venv/pytorch"
+)
+def test_triton_python_backend_gives_gluon_top1(triton_repository, gluon_reference):
+    images, _, logits = gluon_reference
+    with serve(triton_repository, models=["resnet50_mx_python"]) as url:
+        served, latencies = classify(url, "resnet50_mx_python", images, batch_size=8)
+    assert len(latencies) == 4
+    np.testing.assert_allclose(served, logits, rtol=1e-3, atol=1e-4)
+    assert np.array_equal(served.argmax(1), logits.argmax(1))
+
+
+def test_evaluate_script_reports_top1(trained, digits_rec):
+    from mx_resnet_testing import run_module
+
+    proc = run_module("evaluate", "--checkpoint", trained, "--data-dir", digits_rec, "--num-classes", 10)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["images"] == 359
+    state = json.loads((trained / "checkpoints" / "latest.json").read_text())
+    assert result["top1"] == pytest.approx(state["metrics"]["top1"])

@@ -1,0 +1,133 @@
+"""Training on real images (scikit-learn digits): learning, exact resume, dist_sync workers, AMP path."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import mxnet as mx
+import numpy as np
+from mx_resnet_testing import MODEL_DIR, RECIPE, epoch_metrics, run_module
+from resnet50_mx.launch import launch
+
+
+def trainable(params: dict) -> dict:
+    return {k: v.asnumpy() for k, v in params.items() if "running" not in k}
+
+
+def test_loss_falls_and_accuracy_beats_chance(trained):
+    epochs = epoch_metrics(trained)
+    assert len(epochs) == 2
+    assert epochs[1]["loss"] < epochs[0]["loss"], epochs
+    assert epochs[1]["top1"] > 0.25, epochs  # 10 classes: chance is 0.10
+    state = json.loads((trained / "checkpoints" / "latest.json").read_text())
+    assert state["epoch"] == 2 and state["step"] == 44
+    assert state["classes"] == [str(d) for d in range(10)]
+
+
+def _short_run(results, data, *extra):
+    return run_module(
+        "train",
+        "--recipe", RECIPE,
+        "--data-dir", data,
+        "--epochs", 2,
+        "--steps-per-epoch", 3,
+        "--no-eval",
+        "--set", "data.threads=1",
+        "--results-dir", results,
+        *extra,
+    )  # fmt: skip
+
+
+def test_resume_equals_unbroken_run(tmp_path, digits_rec):
+    _short_run(tmp_path / "unbroken", digits_rec)
+    _short_run(tmp_path / "resumed", digits_rec, "--stop-after", 1)
+    assert not (tmp_path / "resumed" / "checkpoints" / "epoch_001.params").exists()
+    _short_run(tmp_path / "resumed", digits_rec, "--resume", "auto")
+    a = mx.nd.load(str(tmp_path / "unbroken" / "final.params"))
+    b = mx.nd.load(str(tmp_path / "resumed" / "final.params"))
+    assert sorted(a) == sorted(b)
+    for key in a:  # running statistics included
+        np.testing.assert_array_equal(a[key].asnumpy(), b[key].asnumpy(), err_msg=key)
+    assert epoch_metrics(tmp_path / "unbroken")[-1]["loss"] == epoch_metrics(tmp_path / "resumed")[-1]["loss"]
+
+
+def test_two_dist_sync_workers_end_with_identical_weights(tmp_path, digits_rec, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(MODEL_DIR))
+    args = ["--recipe", RECIPE, "--data-dir", digits_rec, "--epochs", 1, "--steps-per-epoch", 3]
+    args += ["--no-eval", "--set", "data.threads=1", "--results-dir", tmp_path]
+    assert launch([str(a) for a in args], workers=2, servers=1, timeout=300) == 0
+    w0 = mx.nd.load(str(tmp_path / "final.rank0.params"))
+    w1 = mx.nd.load(str(tmp_path / "final.rank1.params"))
+    t0, t1 = trainable(w0), trainable(w1)
+    assert len(t0) == 161  # 53 convolutions + 53 BatchNorm (gamma, beta) + fc weight and bias
+    for key in t0:
+        np.testing.assert_array_equal(t0[key], t1[key], err_msg=key)
+    # each worker read its own shard, so their BatchNorm statistics differ: the weights agree by the kvstore
+    assert any(not np.array_equal(w0[k].asnumpy(), w1[k].asnumpy()) for k in w0 if "running" in k)
+    state = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert state["step"] == 3
+
+
+def test_bf16_amp_trains_on_cpu(tmp_path, digits_rec):
+    _short_run(tmp_path, digits_rec, "--amp", "bf16", "--stop-after", 1)
+    metrics = epoch_metrics(tmp_path)[-1]
+    assert math.isfinite(metrics["loss"]) and metrics["loss"] < 10
+    state = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert state["amp"] == "bf16"
+    assert state["loss_scaler"]["_unskipped"] == 3  # the AMP trainer hook ran every step
+
+
+def test_amp_casts_convolutions_to_bf16():
+    code = (
+        "import mxnet as mx\n"
+        "from mxnet.contrib import amp\n"
+        "amp.init(target_dtype='bfloat16')\n"
+        "from resnet50_mx.model import build_model\n"
+        "net = build_model(10); net.initialize()\n"
+        "x = mx.nd.ones((2, 3, 32, 32))\n"
+        "print(net.conv1(x).dtype, net.bn1(x[:, :1].tile((1, 64, 1, 1))).dtype)\n"
+    )
+    import os
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(MODEL_DIR)),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    conv_dtype, bn_dtype = proc.stdout.strip().rsplit(" ", 1)[0], proc.stdout.strip()
+    assert "bfloat16" in conv_dtype, proc.stdout
+    assert bn_dtype.endswith("float32'>"), proc.stdout  # BatchNorm stays in float32
+
+
+def test_one_process_two_devices_through_kvstore_device():
+    """The multi-GPU path (batch split over devices, kvstore 'device' reduce) on two CPU contexts."""
+    from resnet50_mx.model import build_model
+    from resnet50_mx.train import Processes, build_trainer, train_step
+
+    ctx = [mx.cpu(0), mx.cpu(1)]
+    procs = Processes("device", len(ctx), horovod=False)
+    assert procs.kv is not None and procs.kv.type == "device"
+    mx.random.seed(0)
+    net = build_model(10)
+    net.initialize(mx.init.Xavier(), ctx=ctx)
+    recipe = {"optimizer": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4}}
+    trainer = build_trainer(net, recipe, procs, "none", base_lr=0.05)
+    before = net.fc.weight.data(ctx[0]).asnumpy().copy()
+    data = mx.nd.random.uniform(shape=(8, 3, 32, 32))
+    label = mx.nd.array([0, 1, 2, 3, 4, 5, 6, 7])
+    for _ in range(2):
+        loss, hits = train_step(
+            net, trainer, data, label, ctx, num_classes=10, smoothing=0.1, amp="none", step_batch=8
+        )
+    assert math.isfinite(float(loss.asscalar())) and 0 <= float(hits.asscalar()) <= 8
+    for name, param in net.collect_params().items():
+        if param.grad_req != "null":
+            a, b = (param.data(c).asnumpy() for c in ctx)
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    assert not np.array_equal(net.fc.weight.data(ctx[0]).asnumpy(), before)

@@ -1,0 +1,412 @@
+"""Training and inference throughput of our ResNet-50 recipe next to the torchvision baseline.
+
+Both run in one process on the same device and the same synthetic batch, so their ratio is
+measured under the same conditions. A "variant" is one set of speed levers; `--variants` picks
+which to run, and the report lists each with its images/s and its ratio to the first
+torchvision variant of the same mode.
+
+    python -m resnet50.benchmark --mode train --variants tv-compile,ours --batch-size 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.nn as nn
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One combination of speed levers."""
+
+    name: str
+    model: str = "ours"  # "ours" | "torchvision"
+    precision: str = "bf16"  # "bf16" | "fp16" | "fp32" (tf32 matmul/conv)
+    channels_last: bool = True
+    compile_mode: str | None = "default"  # None: eager; else a torch.compile mode
+    cudnn_benchmark: bool = True
+    fused_optimizer: bool = True  # fused SGD kernel instead of the foreach default
+    fold_bn: bool = True  # inference: BatchNorm folded into the preceding conv
+    batch_size: int | None = None  # None: the --batch-size flag
+    inductor: tuple[str, ...] = ()  # torch.compile(options=...) entries as "key=value"
+
+
+TRAIN_VARIANTS = {
+    # What a user writes in an afternoon: torchvision's model, autocast, channels_last, compile.
+    "tv-eager": Variant(
+        "tv-eager", "torchvision", compile_mode=None, cudnn_benchmark=False, fused_optimizer=False
+    ),
+    "tv-compile": Variant("tv-compile", "torchvision", cudnn_benchmark=False, fused_optimizer=False),
+    "tv-compile-cudnn": Variant("tv-compile-cudnn", "torchvision", fused_optimizer=False),
+    "ours-eager": Variant("ours-eager", compile_mode=None),
+    "ours-bf16": Variant("ours-bf16"),
+    "ours-fp16": Variant("ours-fp16", precision="fp16"),
+    "ours-foreach": Variant("ours-foreach", fused_optimizer=False),
+    "ours-autotune": Variant("ours-autotune", compile_mode="max-autotune-no-cudagraphs"),
+    "ours-cudagraphs": Variant("ours-cudagraphs", compile_mode="reduce-overhead"),
+    "ours-cdtune": Variant("ours-cdtune", inductor=("coordinate_descent_tuning=true",)),
+    "ours-b384": Variant("ours-b384", compile_mode="reduce-overhead", batch_size=384),
+    "ours-b512": Variant("ours-b512", compile_mode="reduce-overhead", batch_size=512),
+}
+INFERENCE_VARIANTS = {
+    "tv-eager": Variant("tv-eager", "torchvision", compile_mode=None, cudnn_benchmark=False, fold_bn=False),
+    "tv-compile": Variant("tv-compile", "torchvision", cudnn_benchmark=False, fold_bn=False),
+    "ours-eager": Variant("ours-eager", compile_mode=None),
+    "ours-bf16": Variant("ours-bf16"),
+    "ours-fp16": Variant("ours-fp16", precision="fp16"),
+    "ours-cudagraphs": Variant("ours-cudagraphs", compile_mode="reduce-overhead"),
+    "ours-fp16-cudagraphs": Variant("ours-fp16-cudagraphs", precision="fp16", compile_mode="reduce-overhead"),
+}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def build_model(variant: Variant, num_classes: int) -> nn.Module:
+    if variant.model == "torchvision":
+        import torchvision
+
+        return torchvision.models.resnet50(num_classes=num_classes)
+    from resnet50.model import resnet50
+
+    return resnet50(num_classes=num_classes)
+
+
+def sgd_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """No weight decay on BatchNorm parameters and biases (the recipe's rule)."""
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (no_decay if p.ndim <= 1 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def fold_batchnorm(model: nn.Module) -> nn.Module:
+    """Fold every eval-mode BatchNorm2d into the Conv2d before it (inference only)."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    def fold(parent: nn.Module) -> None:
+        names = list(parent._modules)
+        for i, name in enumerate(names):
+            child = parent._modules[name]
+            nxt = parent._modules[names[i + 1]] if i + 1 < len(names) else None
+            if isinstance(child, nn.Conv2d) and isinstance(nxt, nn.BatchNorm2d):
+                parent._modules[name] = fuse_conv_bn_eval(child, nxt)
+                parent._modules[names[i + 1]] = nn.Identity()
+            else:
+                fold(child)
+
+    fold(model)
+    return model
+
+
+def compile_model(model: nn.Module, variant: Variant) -> nn.Module:
+    if variant.compile_mode is None:
+        return model
+    options = {}
+    for item in variant.inductor:
+        key, value = item.split("=", 1)
+        options[key] = {"true": True, "false": False}.get(value.lower(), value)
+    if options:
+        # torch.compile takes either a mode or options; a mode's settings are folded in by hand.
+        return torch.compile(model, options=options)
+    return torch.compile(model, mode=variant.compile_mode)
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[precision])
+
+
+def _timed_windows(step, sync, warmup: int, iters: int, windows: int) -> list[float]:
+    """Seconds for each of `windows` runs of `iters` steps, after `warmup` steps."""
+    for _ in range(warmup):
+        step()
+    sync()
+    seconds = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        for _ in range(iters):
+            step()
+        sync()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def _setup(variant: Variant, device: torch.device) -> None:
+    torch.backends.cudnn.benchmark = variant.cudnn_benchmark
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(0)
+
+
+def bench_train(variant: Variant, args, device: torch.device) -> dict:
+    _setup(variant, device)
+    batch = variant.batch_size or args.batch_size
+    memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
+    model = build_model(variant, args.num_classes).to(device, memory_format=memory_format).train()
+    criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
+    fused = {"fused": True} if variant.fused_optimizer else {}
+    lr = 0.256 * batch / 256
+    optimizer = torch.optim.SGD(sgd_param_groups(model, 3.0517578125e-05), lr=lr, momentum=0.875, **fused)
+    scaler = torch.amp.GradScaler(device.type, enabled=variant.precision == "fp16")
+    forward = compile_model(model, variant)
+
+    images = torch.randn(batch, 3, args.image_size, args.image_size, device=device)
+    images = images.contiguous(memory_format=memory_format)
+    labels = torch.randint(0, args.num_classes, (batch,), device=device)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with _autocast(device, variant.precision):
+            loss = criterion(forward(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    compile_start = time.perf_counter()
+    step()
+    sync()
+    first_step_s = time.perf_counter() - compile_start
+    seconds = _timed_windows(step, sync, args.warmup, args.iters, args.windows)
+    per_window = [batch * args.iters / s for s in seconds]
+    if args.profile and device.type == "cuda":
+        print(
+            f"profile of {variant.name}, per step:\n{profile_kernels(step, sync)}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {
+        "mode": "train",
+        "variant": variant.name,
+        "levers": asdict(variant),
+        "batch_size": batch,
+        "images_per_s": statistics.median(per_window),
+        "images_per_s_windows": per_window,
+        "first_step_s": first_step_s,
+        "max_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+    }
+
+
+def bench_inference(variant: Variant, args, device: torch.device) -> dict:
+    _setup(variant, device)
+    memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
+    model = build_model(variant, args.num_classes).eval()
+    if variant.fold_bn:
+        model = fold_batchnorm(model)
+    model = model.to(device, memory_format=memory_format)
+    if variant.precision != "fp32":
+        # Inference weights in half precision outright: no per-call casts.
+        model = model.to(DTYPES[variant.precision])
+    forward = compile_model(model, variant)
+    input_dtype = DTYPES[variant.precision]
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    results = {}
+    for batch in sorted({variant.batch_size or args.batch_size, 1}, reverse=True):
+        images = torch.randn(batch, 3, args.image_size, args.image_size, device=device, dtype=input_dtype)
+        images = images.contiguous(memory_format=memory_format)
+
+        @torch.inference_mode()
+        def step(images=images):
+            return forward(images)
+
+        iters = args.iters if batch > 1 else args.latency_iters
+        if batch == 1:
+            for _ in range(args.warmup):
+                step()
+            sync()
+            latencies = []
+            for _ in range(iters):
+                start = time.perf_counter()
+                step()
+                sync()
+                latencies.append((time.perf_counter() - start) * 1e3)
+            lat = sorted(latencies)
+            results["latency_bs1_ms"] = {
+                "p50": lat[len(lat) // 2],
+                "p90": lat[int(len(lat) * 0.90)],
+                "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+                "mean": statistics.fmean(lat),
+            }
+        else:
+            seconds = _timed_windows(step, sync, args.warmup, iters, args.windows)
+            per_window = [batch * iters / s for s in seconds]
+            results["images_per_s"] = statistics.median(per_window)
+            results["images_per_s_windows"] = per_window
+            results["batch_size"] = batch
+    return {"mode": "inference", "variant": variant.name, "levers": asdict(variant), **results}
+
+
+def profile_kernels(step, sync, steps: int = 5) -> str:
+    """GPU time per step by kernel family: where a step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    families: dict[str, float] = {}
+    for event in prof.key_averages():
+        if event.device_type.name != "CUDA":
+            continue
+        name = event.key.lower()
+        if "triton" in name:
+            family = "triton (fused pointwise/reductions)"
+        elif any(k in name for k in ("conv", "xmma", "cudnn", "sm90", "implicit", "wgrad", "dgrad", "fprop")):
+            family = "convolution (cuDNN)"
+        elif any(k in name for k in ("gemm", "cublas", "cutlass")):
+            family = "matmul"
+        elif "memcpy" in name or "memset" in name:
+            family = "memcpy/memset"
+        else:
+            family = "other: " + event.key[:60]
+        families[family] = families.get(family, 0.0) + event.self_device_time_total / steps / 1e3
+    total = sum(families.values())
+    rows = sorted(families.items(), key=lambda kv: -kv[1])[:12]
+    return (
+        "\n".join(f"  {ms:8.2f} ms {100 * ms / total:5.1f}%  {name}" for name, ms in rows)
+        + f"\n  {total:8.2f} ms total"
+    )
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"CPU ({platform.processor() or platform.machine()})"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="benchmark.sh",
+        description="Throughput of our ResNet-50 recipe and the torchvision baseline, same process, same data.",
+    )
+    p.add_argument("--mode", choices=["train", "inference", "both"], default="both")
+    p.add_argument(
+        "--variants",
+        default="tv-compile,ours-bf16",
+        help="comma-separated variant names; 'all' runs every one. Train: "
+        + ", ".join(TRAIN_VARIANTS)
+        + ". Inference: "
+        + ", ".join(INFERENCE_VARIANTS),
+    )
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument(
+        "--warmup", type=int, default=20, help="steps before timing (after the first, compiling, step)"
+    )
+    p.add_argument("--iters", type=int, default=50, help="steps in each timed window")
+    p.add_argument("--windows", type=int, default=3, help="timed windows; the median is reported")
+    p.add_argument("--latency-iters", type=int, default=200, help="batch-1 calls timed for latency")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
+        "--override", action="append", default=[], help="VARIANT.LEVER=VALUE, e.g. ours-bf16.batch_size=384"
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="print GPU time per kernel family for each train variant"
+    )
+    p.add_argument("--json", dest="json_path", help="write the report here (zoo.bench schema)")
+    return p.parse_args(argv)
+
+
+def _apply_overrides(table: dict[str, Variant], overrides: list[str]) -> dict[str, Variant]:
+    table = dict(table)
+    for item in overrides:
+        try:
+            key, value = item.split("=", 1)
+            name, lever = key.split(".", 1)
+        except ValueError:
+            raise SystemExit(f"--override {item!r}: expected VARIANT.LEVER=VALUE") from None
+        if name not in table:
+            continue
+        current = getattr(table[name], lever, None)
+        if lever not in Variant.__dataclass_fields__:
+            raise SystemExit(f"--override {item!r}: no lever named {lever!r}")
+        if isinstance(current, bool):
+            parsed = value.lower() in ("1", "true", "yes")
+        elif lever == "inductor":
+            parsed = tuple(v for v in value.split(";") if v)
+        elif lever == "batch_size":
+            parsed = int(value)
+        else:
+            parsed = None if value.lower() == "none" else value
+        table[name] = replace(table[name], **{lever: parsed})
+    return table
+
+
+def _pick(table: dict[str, Variant], names: str) -> list[Variant]:
+    chosen = list(table) if names == "all" else [n for n in names.split(",") if n]
+    unknown = [n for n in chosen if n not in TRAIN_VARIANTS and n not in INFERENCE_VARIANTS]
+    if unknown:
+        raise SystemExit(
+            f"unknown variant(s) {unknown}; known: {sorted(set(TRAIN_VARIANTS) | set(INFERENCE_VARIANTS))}"
+        )
+    return [table[n] for n in chosen if n in table]
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'mode':<10} {'variant':<22} {'batch':>5} {'img/s':>10} {'vs tv':>7}  extra")
+    for mode in ("train", "inference"):
+        rows = [r for r in results if r["mode"] == mode]
+        # Ratios are against the compiled torchvision run when there is one, else the first torchvision run.
+        baselines = [r for r in rows if r["levers"]["model"] == "torchvision"]
+        base = next(
+            (r for r in baselines if r["variant"] == "tv-compile"), baselines[0] if baselines else None
+        )
+        for r in rows:
+            ratio = f"{r['images_per_s'] / base['images_per_s']:.2f}x" if base else "-"
+            extra = ""
+            if "latency_bs1_ms" in r:
+                lat = r["latency_bs1_ms"]
+                extra = f"bs1 p50 {lat['p50']:.2f} ms p99 {lat['p99']:.2f} ms"
+            elif r.get("first_step_s") is not None:
+                extra = f"first step {r['first_step_s']:.0f} s"
+            print(
+                f"{mode:<10} {r['variant']:<22} {r['batch_size']:>5} {r['images_per_s']:>10.0f} {ratio:>7}  {extra}"
+            )
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda asked for, but no CUDA device is visible")
+    results = []
+    modes = ["train", "inference"] if args.mode == "both" else [args.mode]
+    for mode in modes:
+        table = _apply_overrides(TRAIN_VARIANTS if mode == "train" else INFERENCE_VARIANTS, args.override)
+        for variant in _pick(table, args.variants):
+            run = bench_train if mode == "train" else bench_inference
+            result = run(variant, args, device)
+            results.append(result)
+            print(json.dumps({k: v for k, v in result.items() if k != "levers"}), file=sys.stderr, flush=True)
+            torch._dynamo.reset()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
+    print_table(results)
+    if args.json_path:
+        from zoo.bench import write_report
+
+        write_report(
+            args.json_path,
+            results,
+            model="resnet50",
+            framework="pytorch",
+            torch=torch.__version__,
+            device=describe_device(device),
+            image_size=args.image_size,
+            command=" ".join(sys.argv),
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Pretrained weights: the registry (checkpoints.yaml), pulling through the zoo cache, loading any layout.
+
+Understood layouts, all mapped onto this package's (= torchvision's) state_dict keys:
+
+- torchvision: a plain state_dict ``conv1.weight``, ``layer1.0.conv1.weight``, ..., ``fc.bias``;
+- DDP / torch.compile wrappers: keys prefixed ``module.`` or ``_orig_mod.``;
+- NVIDIA DeepLearningExamples ConvNets (NGC): the state_dict may sit under ``state_dict`` and name the
+  stages ``layers.0`` .. ``layers.3`` instead of ``layer1`` .. ``layer4``;
+- this package's training checkpoints: a dict whose ``model`` entry is the state_dict.
+
+    python -m resnet50.checkpoints list
+    python -m resnet50.checkpoints pull torchvision-imagenet1k-v1
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+import sys
+
+import torch
+from zoo.checkpoints import CheckpointError, fetch, load_registry
+
+REGISTRY_PATH = pathlib.Path(__file__).resolve().parents[1] / "checkpoints.yaml"
+_STAGE = re.compile(r"^layers\.(\d+)\.")
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
+
+
+def registry(path=None):
+    return load_registry(path or REGISTRY_PATH)
+
+
+def pull(name: str, *, registry_path=None, cache_dir=None, progress=True) -> pathlib.Path:
+    """Download (or find in the cache) the registry entry ``name``; returns the verified file."""
+    return fetch(registry(registry_path).get(name), cache_dir=cache_dir, progress=progress)
+
+
+def extract_state_dict(obj) -> dict[str, torch.Tensor]:
+    """The model's state_dict from any understood checkpoint layout, with our key names."""
+    if isinstance(obj, dict):
+        for key in ("model", "state_dict", "model_state_dict"):
+            if key in obj and isinstance(obj[key], dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError("checkpoint holds no model state_dict (expected a dict of tensors)")
+    state = {}
+    for key, value in obj.items():
+        stripped = True
+        while stripped:
+            stripped = False
+            for prefix in _WRAPPER_PREFIXES:
+                if key.startswith(prefix) and key[len(prefix) :].split(".")[0] != "":
+                    key, stripped = key[len(prefix) :], True
+        key = _STAGE.sub(lambda m: f"layer{int(m.group(1)) + 1}.", key)
+        state[key] = value
+    return state
+
+
+def read_checkpoint(path, *, trusted: bool = False) -> dict:
+    """torch.load a checkpoint on the CPU; only tensors unless ``trusted`` (our own training state)."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=not trusted)
+    except Exception as e:  # torch raises several types for a damaged or foreign file
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"cannot read checkpoint {path}: {reason[:200]}") from None
+
+
+def checkpoint_num_classes(state: dict) -> int:
+    if "fc.weight" not in state:
+        raise CheckpointError("checkpoint has no fc.weight: not a ResNet-50 classifier")
+    return int(state["fc.weight"].shape[0])
+
+
+def load_weights(
+    model: torch.nn.Module, path, *, reset_classifier: bool = False, trusted: bool = False
+) -> None:
+    """Load the weights at ``path`` into ``model`` (strict).
+
+    A class count that differs from the model's is an error, unless ``reset_classifier``: then the
+    final ``fc`` keeps its fresh initialisation (fine-tuning on a new label set).
+    """
+    state = extract_state_dict(read_checkpoint(path, trusted=trusted))
+    theirs, ours = checkpoint_num_classes(state), model.fc.out_features
+    if theirs != ours:
+        if not reset_classifier:
+            raise CheckpointError(
+                f"checkpoint {path} has {theirs} classes but the model has {ours} "
+                "(set --num-classes to match, or --reset-classifier to fine-tune on new classes)"
+            )
+        state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not (reset_classifier and k.startswith("fc."))]
+    if missing or result.unexpected_keys:
+        raise CheckpointError(
+            f"checkpoint {path} does not fit ResNet-50 v1.5: "
+            f"{len(missing)} missing keys (e.g. {missing[:2]}), "
+            f"{len(result.unexpected_keys)} unexpected (e.g. {result.unexpected_keys[:2]})"
+        )
+
+
+def resolve_weights(pretrained: str | None, init_checkpoint: str | None, **pull_args) -> pathlib.Path | None:
+    """The file for ``--pretrained NAME`` (pulled from the registry) or ``--init-checkpoint PATH``."""
+    if pretrained and init_checkpoint:
+        raise CheckpointError("give --pretrained or --init-checkpoint, not both")
+    if pretrained:
+        return pull(pretrained, **pull_args)
+    return pathlib.Path(init_checkpoint) if init_checkpoint else None
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m resnet50.checkpoints", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--registry", default=None, help=f"registry YAML (default {REGISTRY_PATH.name} of the model)"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="print the registry")
+    pull_parser = commands.add_parser("pull", help="download a checkpoint by name into the cache, verified")
+    pull_parser.add_argument("name")
+    pull_parser.add_argument(
+        "--cache-dir", default=None, help="default $ZOO_CACHE or ~/.cache/zoo/checkpoints"
+    )
+    check_parser = commands.add_parser("check", help="load a checkpoint file into ResNet-50 v1.5")
+    check_parser.add_argument("path")
+    check_parser.add_argument("--num-classes", type=int, default=1000)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "list":
+            for entry in registry(args.registry).entries():
+                print(f"{entry.name:30s} {entry.format:24s} {entry.url}\n{'':30s} {entry.description}")
+        elif args.command == "pull":
+            print(pull(args.name, registry_path=args.registry, cache_dir=args.cache_dir))
+        else:
+            from resnet50.model import resnet50
+
+            load_weights(resnet50(num_classes=args.num_classes), args.path)
+            print(f"{args.path}: loads into ResNet-50 v1.5 with {args.num_classes} classes")
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,540 @@
+"""Input pipelines for ImageNet-style image folders: ``data_dir/{train,val}/<class>/*.jpg``.
+
+Backends (``--data-backend``):
+
+- ``pytorch``: torchvision ImageFolder + PIL decode in DataLoader workers, pinned memory.
+- ``gpu-decode``: workers only read JPEG bytes; ``torchvision.io.decode_jpeg`` decodes the whole
+  batch on the device (nvJPEG on CUDA), then crop, flip and normalise run there too.
+- ``dali-gpu`` / ``dali-cpu``: an NVIDIA DALI pipeline (decode on GPU via ``mixed``, or on CPU).
+- ``synthetic``: random tensors created once on the device (measures the model, not the input).
+
+Training augmentation (all backends): random-resized crop, horizontal flip, normalisation with the
+ImageNet mean/std. Validation: resize the short side to ``image_size * 256 / 224``, centre crop.
+
+For exact resume the ``pytorch`` and ``gpu-decode`` backends draw each sample's augmentation from a
+generator seeded by (seed, epoch, sample index), and the sampler can start mid-epoch: the batches
+after a resume are the ones an unbroken run would have seen, whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+BACKENDS = ("pytorch", "gpu-decode", "dali-gpu", "dali-cpu", "synthetic")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+class DataError(Exception):
+    """Bad input data (a missing folder, an unreadable image); the message is one line naming it."""
+
+
+@dataclass
+class DataConfig:
+    data_dir: str | None
+    backend: str = "pytorch"
+    batch_size: int = 256  # per process
+    image_size: int = 224
+    workers: int = 8
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    num_classes: int = 1000
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    device: str = "cpu"
+    channels_last: bool = False
+
+
+def val_resize_size(image_size: int) -> int:
+    """Short side before the centre crop: 256 for a 224 crop, in the same ratio for other sizes."""
+    return int(round(image_size * 256 / 224))
+
+
+def one_line(error: BaseException) -> str:
+    """The last meaningful line of an exception message (DataLoader re-raises with a worker traceback)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    # A DataLoader worker's error comes back as "...Traceback...\n<module>.DataError: message".
+    return re.sub(r"^[\w.]*(Error|Exception): ", "", lines[-1])
+
+
+# --------------------------------------------------------------------------------------------- layout
+def find_classes(folder: pathlib.Path) -> list[str]:
+    return sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+
+
+def check_layout(data_dir: str | os.PathLike | None, num_classes: int | None = None, splits=("train", "val")):
+    """Check ``data_dir`` holds the split folders with the same class sub-folders; return the class names.
+
+    Raises DataError with one line naming what is wrong.
+    """
+    if data_dir is None:
+        raise DataError("no --data-dir given (or use --data-backend synthetic)")
+    root = pathlib.Path(data_dir)
+    if not root.is_dir():
+        raise DataError(f"data dir {root} does not exist")
+    classes = None
+    for split in splits:
+        folder = root / split
+        if not folder.is_dir():
+            raise DataError(f"data dir {root} has no {split}/ folder (expected {root}/{split}/<class>/*.jpg)")
+        found = find_classes(folder)
+        if not found:
+            raise DataError(f"{folder} has no class sub-folders (expected {folder}/<class>/*.jpg)")
+        if classes is None:
+            classes = found
+        elif found != classes:
+            raise DataError(
+                f"{folder} has {len(found)} classes but {root / splits[0]} has {len(classes)}: "
+                "class folders must match"
+            )
+    if num_classes is not None and len(classes) != num_classes:
+        raise DataError(
+            f"data dir {root} has {len(classes)} classes but the model has {num_classes} (--num-classes)"
+        )
+    return classes
+
+
+def list_samples(folder: pathlib.Path, classes: list[str]) -> list[tuple[str, int]]:
+    """(path, label) for every image under folder/<class>/, sorted, labels in class-name order."""
+    samples = []
+    for label, name in enumerate(classes):
+        for dirpath, _, files in sorted(os.walk(folder / name, followlinks=True)):
+            for file in sorted(files):
+                if file.lower().endswith(IMAGE_EXTENSIONS):
+                    samples.append((os.path.join(dirpath, file), label))
+    if not samples:
+        raise DataError(f"{folder} has no images ({', '.join(IMAGE_EXTENSIONS)})")
+    return samples
+
+
+# ------------------------------------------------------------------------------------------- sampling
+class ShardedSampler(torch.utils.data.Sampler):
+    """A seeded permutation per epoch, split across ranks, that can start at a given batch.
+
+    Training (``drop_last``) gives every rank the same number of full batches and drops the tail;
+    evaluation gives each sample to exactly one rank.
+    """
+
+    def __init__(
+        self, size: int, batch_size: int, *, rank=0, world_size=1, shuffle=True, seed=0, drop_last=True
+    ):
+        self.size, self.batch_size, self.rank, self.world_size = size, batch_size, rank, world_size
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.epoch, self.start_batch = 0, 0
+        global_batch = batch_size * world_size
+        if drop_last:
+            self.batches_per_epoch = size // global_batch
+            if self.batches_per_epoch == 0:
+                raise DataError(
+                    f"{size} training images are fewer than one global batch of {global_batch} "
+                    "(batch size x processes): lower --batch-size"
+                )
+        else:
+            self.batches_per_epoch = math.ceil(size / global_batch)
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.epoch, self.start_batch = epoch, start_batch
+
+    def epoch_indices(self) -> list[int]:
+        """This rank's sample indices for the current epoch, from its first batch."""
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
+            order = torch.randperm(self.size, generator=generator).tolist()
+        else:
+            order = list(range(self.size))
+        if self.drop_last:
+            order = order[: self.batches_per_epoch * self.batch_size * self.world_size]
+        # Evaluation keeps every sample once: the last batch of a rank may be short.
+        return order[self.rank :: self.world_size]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.epoch_indices()[self.start_batch * self.batch_size :])
+
+    def __len__(self) -> int:
+        return max(0, len(self.epoch_indices()) - self.start_batch * self.batch_size)
+
+
+def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
+    """The generator for one sample's augmentation: the same draw whichever worker loads it."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 10_000_019 + index)
+
+
+def random_resized_crop_box(height, width, scale, ratio=(3 / 4, 4 / 3), generator=None):
+    """(top, left, h, w) of a random crop covering ``scale`` of the area with aspect ratio in ``ratio``.
+
+    The same rule as torchvision's RandomResizedCrop (10 tries, then a centre crop).
+    """
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        draws = torch.rand(3, generator=generator).tolist()
+        target_area = area * (scale[0] + (scale[1] - scale[0]) * draws[0])
+        aspect = math.exp(log_ratio[0] + (log_ratio[1] - log_ratio[0]) * draws[1])
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(torch.randint(0, height - h + 1, (1,), generator=generator))
+            left = int(torch.randint(0, width - w + 1, (1,), generator=generator))
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < ratio[0]:
+        w, h = width, int(round(width / ratio[0]))
+    elif in_ratio > ratio[1]:
+        h, w = height, int(round(height * ratio[1]))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+# ------------------------------------------------------------------------------------ pytorch backend
+class ImageFolderDataset(torch.utils.data.Dataset):
+    """PIL decode + augmentation; each sample's randomness is seeded by (seed, epoch, index)."""
+
+    def __init__(self, samples, image_size: int, train: bool, crop_scale=(0.08, 1.0), seed: int = 0):
+        from torchvision.transforms import v2 as T
+
+        self.samples, self.image_size, self.train = samples, image_size, train
+        self.crop_scale, self.seed, self.epoch = crop_scale, seed, 0
+        self.to_tensor = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True)])
+        self.normalize = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
+        self.resize = T.Resize(val_resize_size(image_size), antialias=True)
+        self.center_crop = T.CenterCrop(image_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def load(self, path: str):
+        from PIL import Image, UnidentifiedImageError
+
+        try:
+            with Image.open(path) as image:
+                return image.convert("RGB")
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+            raise DataError(f"corrupt or unreadable image {path}: {one_line(e)}") from None
+
+    def __getitem__(self, index: int):
+        from torchvision.transforms.v2 import functional as F
+
+        path, label = self.samples[index]
+        image = self.load(path)
+        if self.train:
+            generator = sample_generator(self.seed, self.epoch, index)
+            top, left, h, w = random_resized_crop_box(
+                image.height, image.width, self.crop_scale, generator=generator
+            )
+            image = F.resized_crop(image, top, left, h, w, [self.image_size, self.image_size], antialias=True)
+            if float(torch.rand(1, generator=generator)) < 0.5:
+                image = F.horizontal_flip(image)
+        else:
+            image = self.center_crop(self.resize(image))
+        return self.normalize(self.to_tensor(image)), label
+
+
+class EpochLoader:
+    """Wraps a DataLoader: ``for images, labels in loader.epoch(e, start_batch)`` on the device."""
+
+    def __init__(self, loader, sampler: ShardedSampler, dataset, device, channels_last=False, transform=None):
+        self.loader, self.sampler, self.dataset = loader, sampler, dataset
+        self.device, self.channels_last, self.transform = torch.device(device), channels_last, transform
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.sampler.batches_per_epoch
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples per epoch over all ranks."""
+        return self.batches_per_epoch * self.global_batch if self.sampler.drop_last else self.sampler.size
+
+    @property
+    def global_batch(self) -> int:
+        return self.sampler.batch_size * self.sampler.world_size
+
+    def epoch(self, epoch: int, start_batch: int = 0):
+        self.sampler.set_epoch(epoch, start_batch)
+        self.dataset.set_epoch(epoch)
+        if self.transform is not None:
+            self.transform.set_epoch(epoch)
+        for batch in self.loader:
+            images, labels = batch if self.transform is None else self.transform(*batch)
+            images = images.to(self.device, non_blocking=True)
+            labels = labels.to(self.device, non_blocking=True)
+            if self.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
+            yield images, labels
+
+
+def _data_loader(dataset, sampler, cfg: DataConfig, collate_fn=None):
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=cfg.batch_size,
+        sampler=sampler,
+        num_workers=cfg.workers,
+        pin_memory=torch.device(cfg.device).type == "cuda",
+        persistent_workers=False,
+        prefetch_factor=4 if cfg.workers > 0 else None,
+        collate_fn=collate_fn,
+        drop_last=False,
+    )
+
+
+def build_pytorch_loader(cfg: DataConfig, split: str, classes: list[str]) -> EpochLoader:
+    train = split == "train"
+    samples = list_samples(pathlib.Path(cfg.data_dir) / split, classes)
+    dataset = ImageFolderDataset(samples, cfg.image_size, train, cfg.crop_scale, cfg.seed)
+    sampler = ShardedSampler(
+        len(samples), cfg.batch_size, rank=cfg.rank, world_size=cfg.world_size,
+        shuffle=train, seed=cfg.seed, drop_last=train,
+    )  # fmt: skip
+    return EpochLoader(_data_loader(dataset, sampler, cfg), sampler, dataset, cfg.device, cfg.channels_last)
+
+
+# --------------------------------------------------------------------------------- gpu-decode backend
+class JpegBytesDataset(torch.utils.data.Dataset):
+    """Workers only read the encoded bytes; decoding happens batched on the device."""
+
+    def __init__(self, samples):
+        self.samples, self.epoch = samples, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int):
+        # Plain bytes travel through the worker queue as one pickle; a tensor per image would need
+        # one shared-memory file descriptor each.
+        path, label = self.samples[index]
+        with open(path, "rb") as f:
+            return f.read(), label, index
+
+
+def collate_encoded(batch):
+    data, labels, indices = zip(*batch, strict=True)
+    return list(data), torch.tensor(labels), torch.tensor(indices)
+
+
+class DeviceDecoder:
+    """Decode a list of JPEGs with ``torchvision.io.decode_jpeg(device=...)``, crop, flip and normalise there."""
+
+    def __init__(self, samples, image_size, train, crop_scale, seed, device):
+        self.samples, self.image_size, self.train = samples, image_size, train
+        self.crop_scale, self.seed, self.device = crop_scale, seed, torch.device(device)
+        self.mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1) * 255
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def decode(self, data: list, indices: torch.Tensor) -> list:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        try:
+            return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
+        except RuntimeError:
+            # Find the culprit one by one, to name it.
+            for encoded, index in zip(data, indices.tolist(), strict=True):
+                try:
+                    decode_jpeg(encoded, mode=ImageReadMode.RGB, device=self.device)
+                except RuntimeError as e:
+                    path = self.samples[index][0]
+                    raise DataError(f"corrupt or unreadable JPEG {path}: {one_line(e)}") from None
+            raise
+
+    def __call__(self, data: list, labels: torch.Tensor, indices: torch.Tensor):
+        import torch.nn.functional as F
+
+        data = [torch.frombuffer(bytearray(encoded), dtype=torch.uint8) for encoded in data]
+        images = self.decode(data, indices)
+        size = self.image_size
+        crops, flips = [], []
+        for image, index in zip(images, indices.tolist(), strict=True):
+            _, height, width = image.shape
+            if self.train:
+                generator = sample_generator(self.seed, self.epoch, index)
+                top, left, h, w = random_resized_crop_box(height, width, self.crop_scale, generator=generator)
+                flips.append(float(torch.rand(1, generator=generator)) < 0.5)
+                crop = image[:, top : top + h, left : left + w]
+                crops.append(
+                    F.interpolate(crop[None].float(), size=(size, size), mode="bilinear", antialias=True)
+                )
+            else:
+                short = val_resize_size(size)
+                scale = short / min(height, width)
+                resized_hw = (max(size, round(height * scale)), max(size, round(width * scale)))
+                resized = F.interpolate(image[None].float(), size=resized_hw, mode="bilinear", antialias=True)
+                top, left = (resized_hw[0] - size) // 2, (resized_hw[1] - size) // 2
+                crops.append(resized[:, :, top : top + size, left : left + size])
+        batch = torch.cat(crops)
+        if self.train:
+            flip = torch.tensor(flips, device=batch.device).view(-1, 1, 1, 1)
+            batch = torch.where(flip, batch.flip(3), batch)
+        return (batch - self.mean) / self.std, labels
+
+
+def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> EpochLoader:
+    train = split == "train"
+    samples = list_samples(pathlib.Path(cfg.data_dir) / split, classes)
+    dataset = JpegBytesDataset(samples)
+    sampler = ShardedSampler(
+        len(samples), cfg.batch_size, rank=cfg.rank, world_size=cfg.world_size,
+        shuffle=train, seed=cfg.seed, drop_last=train,
+    )  # fmt: skip
+    decoder = DeviceDecoder(samples, cfg.image_size, train, cfg.crop_scale, cfg.seed, cfg.device)
+    loader = _data_loader(dataset, sampler, cfg, collate_fn=collate_encoded)
+    return EpochLoader(loader, sampler, dataset, cfg.device, cfg.channels_last, transform=decoder)
+
+
+# ------------------------------------------------------------------------------------------ synthetic
+class SyntheticLoader:
+    """One random batch created on the device, served ``batches_per_epoch`` times."""
+
+    def __init__(self, cfg: DataConfig, batches_per_epoch: int = 100):
+        generator = torch.Generator().manual_seed(cfg.seed)
+        images = torch.randn(cfg.batch_size, 3, cfg.image_size, cfg.image_size, generator=generator)
+        labels = torch.randint(0, cfg.num_classes, (cfg.batch_size,), generator=generator)
+        self.images, self.labels = images.to(cfg.device), labels.to(cfg.device)
+        if cfg.channels_last:
+            self.images = self.images.contiguous(memory_format=torch.channels_last)
+        self.batches_per_epoch = batches_per_epoch
+        self.global_batch = cfg.batch_size * cfg.world_size
+        self.samples_per_epoch = batches_per_epoch * self.global_batch
+
+    def epoch(self, epoch: int, start_batch: int = 0):
+        for _ in range(start_batch, self.batches_per_epoch):
+            yield self.images, self.labels
+
+
+# ------------------------------------------------------------------------------------------------ DALI
+def import_dali():
+    try:
+        import nvidia.dali  # noqa: F401
+        from nvidia.dali import fn, pipeline_def, types
+    except ImportError:
+        raise DataError(
+            "NVIDIA DALI is not installed: pip install nvidia-dali-cuda120 (or use --data-backend pytorch)"
+        ) from None
+    return fn, pipeline_def, types
+
+
+class DaliLoader:
+    """A DALI pipeline (file reader -> decode -> crop/flip/normalise) behind the EpochLoader interface.
+
+    DALI's reader shuffles with its own seeded generator; resume restarts the epoch's stream but
+    does not reproduce the exact sample order of an unbroken run (the PyTorch backends do).
+    """
+
+    def __init__(self, cfg: DataConfig, split: str, classes: list[str]):
+        fn, pipeline_def, types = import_dali()
+        train = split == "train"
+        use_gpu = cfg.backend == "dali-gpu"
+        if use_gpu and not torch.cuda.is_available():
+            raise DataError("--data-backend dali-gpu needs a CUDA GPU (use dali-cpu or pytorch)")
+        device_id = torch.cuda.current_device() if torch.cuda.is_available() else None
+        folder = str(pathlib.Path(cfg.data_dir) / split)
+        samples = list_samples(pathlib.Path(folder), classes)
+        files = [path for path, _ in samples]
+        labels = [label for _, label in samples]
+        size = cfg.image_size
+        mean = [255 * m for m in IMAGENET_MEAN]
+        std = [255 * s for s in IMAGENET_STD]
+
+        @pipeline_def
+        def pipeline():
+            jpegs, label = fn.readers.file(
+                files=files, labels=labels, random_shuffle=train, shard_id=cfg.rank,
+                num_shards=cfg.world_size, pad_last_batch=not train, name="Reader", seed=cfg.seed,
+            )  # fmt: skip
+            decode_device = "mixed" if use_gpu else "cpu"
+            if train:
+                images = fn.decoders.image_random_crop(
+                    jpegs, device=decode_device, output_type=types.RGB,
+                    random_area=list(cfg.crop_scale), random_aspect_ratio=[3 / 4, 4 / 3],
+                )  # fmt: skip
+                images = fn.resize(images, resize_x=size, resize_y=size)
+                mirror = fn.random.coin_flip(probability=0.5)
+            else:
+                images = fn.decoders.image(jpegs, device=decode_device, output_type=types.RGB)
+                images = fn.resize(images, resize_shorter=val_resize_size(size))
+                mirror = False
+            images = fn.crop_mirror_normalize(
+                images, dtype=types.FLOAT, output_layout="CHW", crop=(size, size),
+                mean=mean, std=std, mirror=mirror,
+            )  # fmt: skip
+            if use_gpu:
+                label = label.gpu()
+            return images, label
+
+        self.pipe = pipeline(
+            batch_size=cfg.batch_size,
+            num_threads=max(1, cfg.workers),
+            device_id=device_id,
+            seed=cfg.seed + cfg.rank,
+        )
+        self.pipe.build()
+        self.train, self.size, self.device, self.channels_last = (
+            train,
+            len(files),
+            torch.device(cfg.device),
+            cfg.channels_last,
+        )
+        self.global_batch = cfg.batch_size * cfg.world_size
+        per_shard = math.ceil(self.size / cfg.world_size)
+        self.batches_per_epoch = (
+            per_shard // cfg.batch_size if train else math.ceil(per_shard / cfg.batch_size)
+        )
+        if self.batches_per_epoch == 0:
+            raise DataError(f"{self.size} images are fewer than one global batch of {self.global_batch}")
+        self.samples_per_epoch = self.batches_per_epoch * self.global_batch if train else self.size
+
+    def epoch(self, epoch: int, start_batch: int = 0):
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        policy = LastBatchPolicy.DROP if self.train else LastBatchPolicy.PARTIAL
+        iterator = DALIGenericIterator(
+            self.pipe, ["images", "labels"], reader_name="Reader", last_batch_policy=policy, auto_reset=False
+        )
+        try:
+            for step, batch in enumerate(iterator):
+                if step >= self.batches_per_epoch:
+                    break
+                if step < start_batch:
+                    continue
+                images = batch[0]["images"].to(self.device, non_blocking=True)
+                labels = batch[0]["labels"].view(-1).long().to(self.device, non_blocking=True)
+                if self.channels_last:
+                    images = images.contiguous(memory_format=torch.channels_last)
+                yield images, labels
+        finally:
+            iterator.reset()
+
+
+# -------------------------------------------------------------------------------------------- factory
+def build_loader(cfg: DataConfig, split: str, classes: list[str] | None = None):
+    """The loader for ``split`` ("train" or "val") with the chosen backend."""
+    if cfg.backend not in BACKENDS:
+        raise DataError(f"unknown data backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
+    if cfg.backend == "synthetic":
+        return SyntheticLoader(cfg, batches_per_epoch=100 if split == "train" else 10)
+    if classes is None:
+        classes = check_layout(cfg.data_dir, cfg.num_classes)
+    if cfg.backend == "pytorch":
+        return build_pytorch_loader(cfg, split, classes)
+    if cfg.backend == "gpu-decode":
+        return build_gpu_decode_loader(cfg, split, classes)
+    return DaliLoader(cfg, split, classes)

@@ -1,0 +1,148 @@
+"""Serve a Triton model repository with tritonserver and classify images through tritonclient.
+
+    python -m resnet50.deploy --repository triton_repo --model resnet50_python --protocol grpc img.jpg dir/
+    python -m resnet50.deploy --url 127.0.0.1:8000 --model resnet50_onnx img.jpg   # a server already running
+
+Prints the top-k classes of every image and the served latency (p50/p90/p99 over the requests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+from zoo.bench import percentiles
+
+from resnet50.data import IMAGE_EXTENSIONS, IMAGENET_MEAN, IMAGENET_STD, DataError, one_line, val_resize_size
+
+
+def preprocess(path, image_size: int) -> np.ndarray:
+    """The validation transform (resize short side, centre crop, normalise) as FP32 [3,H,W]."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+    except (UnidentifiedImageError, OSError) as e:
+        raise DataError(f"corrupt or unreadable image {path}: {one_line(e)}") from None
+    short = val_resize_size(image_size)
+    scale = short / min(image.size)
+    image = image.resize(
+        (max(short, round(image.width * scale)), max(short, round(image.height * scale))), Image.BILINEAR
+    )
+    left, top = (image.width - image_size) // 2, (image.height - image_size) // 2
+    image = image.crop((left, top, left + image_size, top + image_size))
+    array = np.asarray(image, dtype=np.float32) / 255.0
+    array = (array - np.array(IMAGENET_MEAN, np.float32)) / np.array(IMAGENET_STD, np.float32)
+    return np.ascontiguousarray(array.transpose(2, 0, 1))
+
+
+def collect_images(paths: list[str]) -> list[pathlib.Path]:
+    images = []
+    for item in paths:
+        path = pathlib.Path(item)
+        if path.is_dir():
+            images += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
+        elif path.is_file():
+            images.append(path)
+        else:
+            raise DataError(f"image or folder {path} does not exist")
+    if not images:
+        raise DataError(f"no images found in {', '.join(paths)}")
+    return images
+
+
+def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: int, protocol: str, top_k: int,
+             class_names: list[str] | None = None, batch_size: int = 1):  # fmt: skip
+    """[(path, [(class, score), ...])], latencies_ms: one request per ``batch_size`` images."""
+    from zoo.triton import infer
+
+    predictions, latencies = [], []
+    for start in range(0, len(images), batch_size):
+        chunk = images[start : start + batch_size]
+        batch = np.stack([preprocess(p, image_size) for p in chunk])
+        began = time.perf_counter()
+        logits = infer(url, model, {"INPUT__0": batch}, ["OUTPUT__0"], protocol=protocol)["OUTPUT__0"]
+        latencies.append(1000 * (time.perf_counter() - began))
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = shifted / shifted.sum(axis=1, keepdims=True)
+        for path, row in zip(chunk, probs, strict=True):
+            best = np.argsort(-row)[:top_k]
+            names = [class_names[i] if class_names else str(i) for i in best]
+            predictions.append((path, list(zip(names, row[best].tolist(), strict=True))))
+    return predictions, latencies
+
+
+def report(predictions, latencies, protocol: str, model: str, class_names: list[str] | None = None) -> None:
+    labelled = matched = 0
+    for path, top in predictions:
+        print(f"{path}: " + ", ".join(f"{name} ({score:.3f})" for name, score in top))
+        # Images inside a folder named after a class (data_dir/val/<class>/x.jpg) carry their label.
+        if class_names and path.parent.name in class_names:
+            labelled += 1
+            matched += top[0][0] == path.parent.name
+    if labelled:
+        print(
+            f"top-1 agrees with the folder label for {matched}/{labelled} images ({100 * matched / labelled:.1f}%)"
+        )
+    stats = percentiles(latencies)
+    print(
+        f"{model} over {protocol}: {len(latencies)} requests, latency p50 {stats['p50']:.1f} ms, "
+        f"p90 {stats['p90']:.1f} ms, p99 {stats['p99']:.1f} ms"
+    )
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m resnet50.deploy", description=__doc__.split("\n")[0])
+    p.add_argument("images", nargs="+", help="image files or folders")
+    p.add_argument("--repository", default="triton_repo", help="model repository to serve (unless --url)")
+    p.add_argument("--url", default=None, help="use a running server at host:port instead of starting one")
+    p.add_argument("--model", default="resnet50_python", help="model name in the repository")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=1, help="images per request")
+    p.add_argument("--classes", default=None, help="text file with one class name per line (label order)")
+    p.add_argument("--server-log", default=None, help="write tritonserver's output here")
+    args = p.parse_args(argv)
+    try:
+        images = collect_images(args.images)
+        names = pathlib.Path(args.classes).read_text().split() if args.classes else None
+        kwargs = dict(image_size=args.image_size, protocol=args.protocol, top_k=args.top_k,
+                      class_names=names, batch_size=args.batch_size)  # fmt: skip
+        if args.url:
+            predictions, latencies = classify(args.url, args.model, images, **kwargs)
+        else:
+            from zoo.triton import TritonServer
+
+            if not pathlib.Path(args.repository, args.model, "config.pbtxt").is_file():
+                raise DataError(f"{args.repository} has no model {args.model} (run scripts/export_triton.sh)")
+            print(
+                f"starting tritonserver on 127.0.0.1 with {args.repository}/{args.model} ...", file=sys.stderr
+            )
+            # Serve only the chosen model: the repository's other models may need backends this
+            # server lacks (the nvidia-pytriton tritonserver has only the python backend).
+            single = pathlib.Path(tempfile.mkdtemp(prefix="resnet50-serve-"))
+            (single / args.model).symlink_to(pathlib.Path(args.repository, args.model).resolve())
+            try:
+                with TritonServer(single, log_path=args.server_log) as server:
+                    url = server.http_url if args.protocol == "http" else server.grpc_url
+                    print(
+                        f"tritonserver ready: http {server.http_url}, grpc {server.grpc_url}", file=sys.stderr
+                    )
+                    predictions, latencies = classify(url, args.model, images, **kwargs)
+            finally:
+                shutil.rmtree(single, ignore_errors=True)
+    except (DataError, RuntimeError) as e:
+        message = one_line(e)
+        raise SystemExit(message if message.startswith("error:") else f"error: {message}") from None
+    report(predictions, latencies, args.protocol, args.model, names)
+
+
+if __name__ == "__main__":
+    main()

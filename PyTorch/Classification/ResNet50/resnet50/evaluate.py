@@ -1,0 +1,81 @@
+"""Top-1 / top-5 accuracy of a checkpoint on the validation folder (data_dir/val/<class>/*.jpg).
+
+python -m resnet50.evaluate --checkpoint results/checkpoint.pt --data-dir /data/imagenet
+python -m resnet50.evaluate --pretrained torchvision-imagenet1k-v1 --data-dir /data/imagenet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import time
+
+import torch
+from zoo.checkpoints import CheckpointError
+
+from resnet50.checkpoints import load_weights, resolve_weights
+from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
+from resnet50.model import resnet50
+from resnet50.train import evaluate
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m resnet50.evaluate", description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", default=None, help="training checkpoint or state_dict file")
+    p.add_argument("--pretrained", default=None, help="registry name (checkpoints.yaml) instead of a file")
+    p.add_argument("--data-dir", default=os.environ.get("DATA_DIR"), help="folder with val/ ($DATA_DIR)")
+    p.add_argument("--data-backend", choices=BACKENDS, default="pytorch")
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--image-size", type=int, default=224, help="centre-crop size")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--amp", choices=("bf16", "fp16", "none"), default="none")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--limit-batches", type=int, default=None, help="evaluate only the first N batches")
+    p.add_argument("--output", default=None, help="also write the result as JSON here")
+    return p.parse_args(argv)
+
+
+def run(args) -> dict:
+    weights = resolve_weights(args.pretrained, args.checkpoint)
+    if weights is None:
+        raise CheckpointError("give --checkpoint PATH or --pretrained NAME")
+    model = resnet50(num_classes=args.num_classes)
+    load_weights(model, weights, trusted=args.pretrained is None)
+    device = torch.device(args.device)
+    model.to(device)
+    if args.channels_last:
+        model.to(memory_format=torch.channels_last)
+    cfg = DataConfig(
+        data_dir=args.data_dir, backend=args.data_backend, batch_size=args.batch_size,
+        image_size=args.image_size, workers=args.workers, num_classes=args.num_classes,
+        device=str(device), channels_last=args.channels_last,
+    )  # fmt: skip
+    classes = None
+    if cfg.backend != "synthetic":
+        classes = check_layout(args.data_dir, args.num_classes, splits=("val",))
+    loader = build_loader(cfg, "val", classes)
+    start = time.perf_counter()
+    metrics = evaluate(model, loader, device, args.amp, args.limit_batches)
+    seconds = time.perf_counter() - start
+    return {"checkpoint": str(weights), **metrics, "seconds": round(seconds, 2)}
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    try:
+        result = run(args)
+    except (DataError, CheckpointError) as e:
+        raise SystemExit(f"error: {one_line(e)}") from None
+    print(
+        f"top1 {result['top1']:.2f}%  top5 {result['top5']:.2f}%  loss {result['loss']:.4f}  ({result['seconds']} s)"
+    )
+    if args.output:
+        pathlib.Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Export ResNet-50 v1.5 to TorchScript and ONNX and write a Triton model repository.
+
+    python -m resnet50.export --checkpoint results/checkpoint.pt --repository triton_repo
+
+Models written (inputs FP32 [3,H,W] "INPUT__0", output FP32 logits [classes] "OUTPUT__0";
+the batch dimension is dynamic, Triton's dynamic batcher forms the batches):
+
+- ``resnet50_libtorch``: platform pytorch_libtorch, model.pt (traced TorchScript);
+- ``resnet50_onnx``: platform onnxruntime_onnx, model.onnx;
+- ``resnet50_python``: python backend whose model.py runs the same ONNX file with onnxruntime on the
+  CPU (serves where only the python backend exists, e.g. the tritonserver of the nvidia-pytriton wheel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import tempfile
+
+import torch
+from zoo.checkpoints import CheckpointError
+from zoo.triton import TensorSpec, model_config, write_model
+
+from resnet50.checkpoints import load_weights, resolve_weights
+from resnet50.data import one_line
+from resnet50.model import resnet50
+
+INPUT_NAME, OUTPUT_NAME = "INPUT__0", "OUTPUT__0"
+MODELS = ("libtorch", "onnx", "python")
+
+PYTHON_BACKEND_MODEL = '''"""Triton python backend: ResNet-50 v1.5 through onnxruntime on the CPU (model.onnx beside this file)."""
+
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        here = os.path.dirname(os.path.abspath(__file__))
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(os.environ.get("RESNET50_ORT_THREADS", "2"))
+        self.session = ort.InferenceSession(
+            os.path.join(here, "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+
+    def execute(self, requests):
+        # Run every request of the dynamic batch in one onnxruntime call, then split the logits.
+        images = [pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy() for r in requests]
+        sizes = [len(x) for x in images]
+        batch = np.concatenate(images).astype(np.float32, copy=False)
+        logits = self.session.run(["OUTPUT__0"], {"INPUT__0": batch})[0]
+        responses, start = [], 0
+        for size in sizes:
+            out = pb_utils.Tensor("OUTPUT__0", logits[start : start + size].astype(np.float32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+            start += size
+        return responses
+'''
+
+
+def load_model(checkpoint=None, pretrained=None, num_classes=1000) -> torch.nn.Module:
+    model = resnet50(num_classes=num_classes)
+    weights = resolve_weights(pretrained, checkpoint)
+    if weights is not None:
+        load_weights(model, weights, trusted=pretrained is None)
+    return model.eval()
+
+
+def export_torchscript(model: torch.nn.Module, path, image_size: int) -> pathlib.Path:
+    example = torch.randn(2, 3, image_size, image_size)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, example)
+    traced.save(str(path))
+    return pathlib.Path(path)
+
+
+def export_onnx(model: torch.nn.Module, path, image_size: int, opset: int = 17) -> pathlib.Path:
+    example = torch.randn(2, 3, image_size, image_size)
+    with torch.no_grad():
+        torch.onnx.export(
+            model,
+            (example,),
+            str(path),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            opset_version=opset,
+            dynamo=False,
+        )
+    return pathlib.Path(path)
+
+
+def triton_config(name, kind, *, image_size, num_classes, max_batch_size, instance_kind, instance_count):
+    inputs = [TensorSpec(INPUT_NAME, "FP32", [3, image_size, image_size])]
+    outputs = [TensorSpec(OUTPUT_NAME, "FP32", [num_classes])]
+    preferred = [b for b in (4, 8, 16, 32, 64, 128) if b <= max_batch_size] or [max_batch_size]
+    batching = {"preferred_batch_size": preferred, "max_queue_delay_microseconds": 100}
+    platform = {"libtorch": "pytorch_libtorch", "onnx": "onnxruntime_onnx"}.get(kind)
+    return model_config(
+        name,
+        backend="python" if kind == "python" else None,
+        platform=platform,
+        max_batch_size=max_batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        instance_kind="KIND_CPU" if kind == "python" else instance_kind,
+        instance_count=instance_count,
+        dynamic_batching=batching,
+    )
+
+
+def export_repository(
+    model: torch.nn.Module,
+    repository,
+    *,
+    image_size: int = 224,
+    models=MODELS,
+    max_batch_size: int = 64,
+    instance_kind: str = "KIND_GPU",
+    instance_count: int = 1,
+) -> dict[str, pathlib.Path]:
+    """Write the chosen models into ``repository``; returns {model name: its folder}."""
+    num_classes = model.fc.out_features
+    repository = pathlib.Path(repository)
+    repository.mkdir(parents=True, exist_ok=True)
+    written = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = pathlib.Path(tmp) / "model.onnx"
+        if "onnx" in models or "python" in models:
+            export_onnx(model, onnx_path, image_size)
+        for kind in models:
+            name = f"resnet50_{kind}"
+            config = triton_config(
+                name, kind, image_size=image_size, num_classes=num_classes, max_batch_size=max_batch_size,
+                instance_kind=instance_kind, instance_count=instance_count,
+            )  # fmt: skip
+            if kind == "libtorch":
+                files = {"model.pt": export_torchscript(model, pathlib.Path(tmp) / "model.pt", image_size)}
+            elif kind == "onnx":
+                files = {"model.onnx": onnx_path}
+            else:
+                files = {"model.py": PYTHON_BACKEND_MODEL.encode(), "model.onnx": onnx_path}
+            shutil.rmtree(repository / name, ignore_errors=True)
+            written[name] = write_model(repository, config, files)
+            print(f"wrote {name} ({config.platform or config.backend}) -> {written[name]}")
+    return written
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m resnet50.export", description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", default=None, help="training checkpoint or state_dict file")
+    p.add_argument("--pretrained", default=None, help="registry name instead of a file")
+    p.add_argument("--repository", default="triton_repo", help="Triton model repository to write")
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--max-batch-size", type=int, default=64)
+    p.add_argument("--instance-kind", choices=("KIND_GPU", "KIND_CPU"), default="KIND_GPU")
+    p.add_argument("--instance-count", type=int, default=1)
+    p.add_argument("--print-config", action="store_true", help="print each config.pbtxt")
+    args = p.parse_args(argv)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+        raise SystemExit(
+            f"error: unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}"
+        )
+    try:
+        model = load_model(args.checkpoint, args.pretrained, args.num_classes)
+    except CheckpointError as e:
+        raise SystemExit(f"error: {one_line(e)}") from None
+    written = export_repository(
+        model, args.repository, image_size=args.image_size, models=models, max_batch_size=args.max_batch_size,
+        instance_kind=args.instance_kind, instance_count=args.instance_count,
+    )  # fmt: skip
+    if args.print_config:
+        for folder in written.values():
+            print((folder / "config.pbtxt").read_text())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+import shutil
+
+import pytest
+import torch
+from r50_testutil import assert_one_line_error, run_module
+from resnet50.data import DataConfig, DataError, ShardedSampler, build_loader, check_layout
+
+
+def test_layout_errors(tmp_path, digits16):
+    with pytest.raises(DataError, match="does not exist"):
+        check_layout(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no train/ folder"):
+        check_layout(tmp_path / "empty")
+    with pytest.raises(DataError, match="10 classes but the model has 1000"):
+        check_layout(digits16, 1000)
+    assert check_layout(digits16, 10) == [str(i) for i in range(10)]
+
+
+def test_sampler_resumes_mid_epoch_and_shards():
+    full = ShardedSampler(100, 8, rank=0, world_size=2, seed=3)
+    full.set_epoch(2)
+    order = list(full)
+    assert len(order) == 6 * 8
+    full.set_epoch(2, start_batch=2)
+    assert list(full) == order[16:]
+    other = ShardedSampler(100, 8, rank=1, world_size=2, seed=3)
+    other.set_epoch(2)
+    assert not set(order) & set(other)
+    full.set_epoch(3)
+    assert list(full) != order
+
+
+@pytest.mark.parametrize("backend", ["pytorch", "gpu-decode", "synthetic"])
+def test_backends_batches(digits16, backend):
+    cfg = DataConfig(str(digits16), backend=backend, batch_size=16, image_size=16, workers=1, num_classes=10)
+    train = build_loader(cfg, "train")
+    images, labels = next(iter(train.epoch(0)))
+    assert images.shape == (16, 3, 16, 16) and images.dtype == torch.float32
+    assert labels.shape == (16,) and int(labels.max()) < 10
+    if backend != "synthetic":
+        again, _ = next(iter(train.epoch(0)))
+        torch.testing.assert_close(images, again)  # per-sample seeded augmentation
+        assert abs(float(images.mean())) < 2 and 0.3 < float(images.std()) < 3
+        val = build_loader(cfg, "val")
+        assert sum(len(y) for _, y in val.epoch(0)) == val.samples_per_epoch
+
+
+def test_dali_cpu_backend(digits16):
+    pytest.importorskip("nvidia.dali")
+    cfg = DataConfig(
+        str(digits16), backend="dali-cpu", batch_size=16, image_size=16, workers=1, num_classes=10
+    )
+    images, labels = next(iter(build_loader(cfg, "train").epoch(0)))
+    assert images.shape == (16, 3, 16, 16) and labels.shape == (16,)
+
+
+def test_missing_data_dir_is_one_line(tmp_path):
+    result = run_module(
+        "resnet50.train", "--data-dir", tmp_path / "missing", "--recipe", "configs/digits_cpu.yaml"
+    )
+    assert_one_line_error(result, "does not exist", "missing")
+
+
+def test_corrupt_jpeg_is_one_line_naming_the_file(tmp_path, digits16):
+    data = tmp_path / "data"
+    shutil.copytree(digits16, data)
+    bad = data / "train" / "3" / "zz_corrupt.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg")
+    result = run_module(
+        "resnet50.train", "--recipe", "configs/digits_cpu.yaml", "--data-dir", data, "--results-dir", tmp_path / "r",
+        "--image-size", 16, "--batch-size", 1500, "--workers", 1, "--epochs", 1, "--steps-per-epoch", 1,
+    )  # fmt: skip
+    assert_one_line_error(result, "zz_corrupt.jpg")

@@ -1,0 +1,101 @@
+"""Training on the CPU: learning, bf16 autocast, exact resume after a kill, 2-process DDP (gloo)."""
+
+import json
+import math
+import sys
+
+import pytest
+import torch
+from r50_testutil import MODEL_DIR, model_env, run_module
+
+TINY = ["--recipe", "configs/digits_cpu.yaml", "--image-size", 16, "--workers", 1, "--threads", 2]
+
+
+def losses(results_dir) -> dict[int, float]:
+    records = [json.loads(line) for line in (results_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["metrics"]["loss"] for r in records if r.get("phase") == "train" and "metrics" in r}
+
+
+def val_records(results_dir) -> list[dict]:
+    records = [json.loads(line) for line in (results_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["metrics"] for r in records if r.get("phase") == "val"]
+
+
+def test_short_training_learns(tmp_path, digits16):
+    out = tmp_path / "run"
+    result = run_module(
+        "resnet50.train", *TINY, "--data-dir", digits16, "--results-dir", out, "--batch-size", 32,
+        "--epochs", 4, "--steps-per-epoch", 20, "--log-every", 5,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    curve = losses(out)
+    first, last = curve[min(curve)], sum(list(curve.values())[-3:]) / 3
+    assert last < first - 0.3, curve
+    accuracy = val_records(out)[-1]["top1"]
+    assert accuracy > 20.0, val_records(out)  # chance is 10%
+
+
+@pytest.mark.parametrize("amp", ["bf16"])
+def test_mixed_precision_step(tmp_path, digits16, amp):
+    out = tmp_path / amp
+    result = run_module(
+        "resnet50.train", *TINY, "--data-dir", digits16, "--results-dir", out, "--batch-size", 16,
+        "--epochs", 1, "--steps-per-epoch", 2, "--log-every", 1, "--amp", amp,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all(math.isfinite(v) for v in losses(out).values())
+    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert state["global_step"] == 2 and ("scale" in state["scaler"]) == (amp == "fp16")
+
+
+def test_resume_after_kill_matches_unbroken_run(tmp_path, digits16):
+    common = [*TINY, "--data-dir", digits16, "--batch-size", 16, "--epochs", 2, "--steps-per-epoch", 4,
+              "--log-every", 1, "--checkpoint-every", 5]  # fmt: skip
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    assert run_module("resnet50.train", *common, "--results-dir", unbroken).returncode == 0
+    killed = run_module("resnet50.train", *common, "--results-dir", broken, "--exit-after-steps", 6)
+    assert killed.returncode == 137
+    # Killed at step 6: the last checkpoint is from step 5 (epoch 1, after its first batch); step 6 is redone.
+    state = torch.load(broken / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert (state["epoch"], state["batch_in_epoch"], state["global_step"]) == (1, 1, 5)
+    resumed = run_module("resnet50.train", *common, "--results-dir", broken, "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected, got = losses(unbroken), losses(broken)  # the resumed run appends steps 6..8
+    assert sorted(expected) == list(range(1, 9))
+    for step in range(6, 9):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), (step, got, expected)
+    assert val_records(broken)[-1]["top1"] == pytest.approx(val_records(unbroken)[-1]["top1"])
+
+
+DDP_SCRIPT = """
+import sys, torch, torch.distributed as dist
+from resnet50.train import parse_args, train
+out = sys.argv[1]
+result = train(parse_args(sys.argv[2:]))
+import os
+torch.save(result["model"].state_dict(), f"{out}/rank{os.environ['RANK']}.pt")
+"""
+
+
+def test_two_process_ddp_gives_identical_weights(tmp_path, digits16):
+    import subprocess
+
+    script = tmp_path / "ddp_run.py"
+    script.write_text(DDP_SCRIPT)
+    args = [*TINY, "--data-dir", digits16, "--results-dir", tmp_path / "r", "--batch-size", 8,
+            "--epochs", 1, "--steps-per-epoch", 3, "--log-every", 1, "--threads", 1]  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(tmp_path), *map(str, args)],
+        capture_output=True, text=True, timeout=600, env=model_env(OMP_NUM_THREADS="1"), cwd=str(MODEL_DIR),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    rank0 = torch.load(tmp_path / "rank0.pt")
+    rank1 = torch.load(tmp_path / "rank1.pt")
+    initial = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)["model"]
+    parameters = [k for k in rank0 if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))]
+    assert len(parameters) == 161  # BatchNorm running statistics stay per rank (broadcast_buffers=False)
+    for key in parameters:
+        assert torch.equal(rank0[key], rank1[key]), key
+    assert not torch.equal(rank0["fc.weight"], torch.zeros_like(rank0["fc.weight"]))
+    assert torch.equal(initial["fc.weight"], rank0["fc.weight"])  # the checkpoint is rank 0's model

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# SSD300: train and inference images/s, ours next to torchvision ssd300_vgg16 (JSON). Arguments go to ssd.benchmark (--help lists them).
+set -euo pipefail
+MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="${MODEL_DIR}:${PYTHONPATH:-}"
+exec "${PYTHON:-python}" -m ssd.benchmark "$@"

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# SSD300: serve the repository with tritonserver and detect through tritonclient. Arguments go to ssd.deploy (--help lists them).
+set -euo pipefail
+MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="${MODEL_DIR}:${PYTHONPATH:-}"
+exec "${PYTHON:-python}" -m ssd.deploy "$@"

@@ -1,0 +1,1 @@
+"""SSD300 v1.1 (ResNet-50 backbone) for COCO detection."""

@@ -1,0 +1,76 @@
+"""Serve a model repository written by ssd.export with tritonserver and detect objects through tritonclient.
+
+    python -m ssd.deploy --repository triton_repo --protocol grpc photo.jpg
+
+Starts a local tritonserver (zoo.triton; the nvidia-pytriton wheel's binary carries the python
+backend only, so by default just ``ssd300_python`` is served), sends the images, prints the boxes,
+the served latency, and draws PNGs when --output is given. With --url, an already running server is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ssd.boxes import Detections
+from ssd.detect import draw, load_images
+
+MODEL = "ssd300_python"
+OUTPUTS = ["detection_boxes", "detection_scores", "detection_labels", "num_detections"]
+
+
+def main(argv=None) -> None:
+    from zoo.triton import TritonServer, infer
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("images", nargs="+", help="image files")
+    p.add_argument("--repository", default="triton_repo", help="from ssd.export / export_triton.sh")
+    p.add_argument("--url", help="host:port of a running server (skip starting one)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--threshold", type=float, default=0.4)
+    p.add_argument("--output", help="folder for PNGs with the boxes drawn")
+    a = p.parse_args(argv)
+    pil, batch = load_images(a.images)
+    inputs = {"images": batch.numpy().astype(np.float32)}
+    if a.url:
+        out, ms = timed_infer(infer, a.url, inputs, a.protocol)
+    else:
+        repo = Path(a.repository)
+        if not (repo / MODEL / "config.pbtxt").is_file():
+            raise SystemExit(f"{repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
+            with TritonServer(tmp) as server:
+                url = server.http_url if a.protocol == "http" else server.grpc_url
+                infer(url, MODEL, inputs, OUTPUTS, protocol=a.protocol)  # warm-up
+                out, ms = timed_infer(infer, url, inputs, a.protocol)
+    print(f"served latency: {ms:.1f} ms for {len(a.images)} image(s) over {a.protocol}", file=sys.stderr)
+    for i, path in enumerate(a.images):
+        n = int(out["num_detections"][i, 0])
+        det = Detections(*(torch.from_numpy(out[k][i, :n].copy()) for k in OUTPUTS[:3]))
+        keep = det.scores >= a.threshold
+        print(f"{path}: {int(keep.sum())} objects >= {a.threshold}")
+        for box, score, label in zip(
+            det.boxes[keep].tolist(), det.scores[keep].tolist(), det.labels[keep].tolist(), strict=True
+        ):
+            print(f"  class {label} {score:.3f} [{', '.join(f'{v:.3f}' for v in box)}]")
+        if a.output:
+            Path(a.output).mkdir(parents=True, exist_ok=True)
+            draw(pil[i], det, {}, a.threshold).save(Path(a.output) / (Path(path).stem + ".png"))
+
+
+def timed_infer(infer, url, inputs, protocol):
+    t = time.perf_counter()
+    out = infer(url, MODEL, inputs, OUTPUTS, protocol=protocol)
+    return out, (time.perf_counter() - t) * 1000
+
+
+if __name__ == "__main__":
+    main()

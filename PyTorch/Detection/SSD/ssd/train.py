@@ -1,0 +1,477 @@
+"""Train SSD300 v1.1 on COCO (or any COCO-format set): mixed precision, torchrun DDP, exact resume.
+
+    torchrun --nproc_per_node 8 -m ssd.train --recipe configs/ssd300_coco_65ep.yaml --data-dir /data/coco
+    python -m ssd.train --recipe configs/smoke.yaml --synthetic --steps 5
+
+Targets are encoded against the default boxes on the device, once per batch. A checkpoint is
+written at the end of every epoch (write-then-rename); ``--resume`` continues it exactly (model,
+optimizer, scaler, schedule, epoch, RNG states).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ssd.boxes import default_boxes, match
+from ssd.data import DaliLoader, SyntheticLoader, build_loader
+from ssd.evaluate import AsyncScorer, autocast, coco_map, detect_dataset
+from ssd.loss import SSDLoss
+from ssd.model import SSD300, load_backbone_state
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
+# ResNet-50 registry of this zoo's classification model; this model's own registry when copied out alone.
+RESNET50_REGISTRY = MODEL_DIR.parent.parent / "Classification" / "ResNet50" / "checkpoints.yaml"
+DEFAULT_REGISTRY = RESNET50_REGISTRY if RESNET50_REGISTRY.is_file() else MODEL_DIR / "checkpoints.yaml"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "--recipe", default=str(MODEL_DIR / "configs" / "ssd300_coco_65ep.yaml"), help="recipe YAML"
+    )
+    p.add_argument(
+        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="recipe overrides, e.g. epochs=10"
+    )
+    p.add_argument("--data-dir", help="COCO root: <split>/ images and annotations/instances_<split>.json")
+    p.add_argument("--train-split", default="train2017")
+    p.add_argument("--val-split", default="val2017")
+    p.add_argument("--synthetic", action="store_true", help="random images and boxes (no data needed)")
+    p.add_argument("--data-backend", choices=("pytorch", "dali-gpu", "dali-cpu"), help="default: recipe's")
+    p.add_argument("--results-dir", default="results", help="checkpoints, model.pt and metrics.jsonl go here")
+    p.add_argument(
+        "--resume", action="store_true", help="continue from <results-dir>/checkpoint.pt if it exists"
+    )
+    p.add_argument("--epochs", type=int, help="total epochs (recipe: epochs)")
+    p.add_argument("--stop-epoch", type=int, help="stop after this epoch (the schedule still spans --epochs)")
+    p.add_argument("--steps", type=int, help="at most this many steps per epoch (smoke runs)")
+    p.add_argument("--batch-size", type=int, help="per-process batch (recipe: batch_size)")
+    p.add_argument("--amp", choices=("bf16", "fp16", "fp32"), help="precision (recipe: precision)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--channels-last", action="store_true", help="NHWC memory format (faster on tensor cores)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--backbone", help="ResNet-50 weights for the trunk: a registry name or a file path")
+    p.add_argument(
+        "--registry", default=str(DEFAULT_REGISTRY), help="checkpoint registry YAML for --backbone"
+    )
+    p.add_argument(
+        "--eval-epochs", help="comma-separated epochs to score on --val-split (recipe: eval.epochs)"
+    )
+    p.add_argument(
+        "--async-eval", action="store_true", help="score in a background process while training goes on"
+    )
+    p.add_argument(
+        "--target-map", type=float, help="stop once mAP@[.5:.95] reaches this (recipe: eval.target_map)"
+    )
+    p.add_argument("--workers", type=int, help="data loader workers per process (recipe: data.workers)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=20)
+    return p.parse_args(argv)
+
+
+def load_config(a: argparse.Namespace) -> dict:
+    from zoo.recipe import load_recipe, parse_overrides
+
+    if not Path(a.recipe).is_file():
+        raise SystemExit(f"recipe {a.recipe} does not exist")
+    r = load_recipe(a.recipe, parse_overrides(a.set))
+    for flag, key in (("epochs", "epochs"), ("batch_size", "batch_size"), ("amp", "precision")):
+        if getattr(a, flag) is not None:
+            r[key] = getattr(a, flag)
+    if a.workers is not None:
+        r["data"]["workers"] = a.workers
+    if a.data_backend:
+        r["data"]["backend"] = a.data_backend
+    if a.eval_epochs is not None:
+        r["eval"]["epochs"] = [int(e) for e in a.eval_epochs.split(",") if e]
+    if a.target_map is not None:
+        r["eval"]["target_map"] = a.target_map
+    return r
+
+
+def setup_distributed(device: str):
+    """Process group from torchrun / SLURM / MPI variables (zoo.dist); returns (rank, world, device)."""
+    from zoo.dist import get_dist_env
+
+    env = get_dist_env()
+    if env.world_size > 1:
+        os.environ.setdefault("MASTER_ADDR", env.master_addr)
+        os.environ.setdefault("MASTER_PORT", str(env.master_port))
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+        dist.init_process_group(
+            backend, rank=env.rank, world_size=env.world_size, timeout=datetime.timedelta(minutes=30)
+        )
+    if device.startswith("cuda"):
+        torch.cuda.set_device(env.local_rank)
+        device = f"cuda:{env.local_rank}"
+    return env.rank, env.world_size, torch.device(device)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def build_loaders(a, r, rank, world, device):
+    """Train loader, validation loader (or None), category ids, their names and the class count."""
+    batch = r["batch_size"]
+    d = r["data"]
+    if a.synthetic:
+        steps = a.steps or d.get("synthetic_steps", 100)
+        return (
+            SyntheticLoader(batch, steps, device=device, seed=a.seed + rank),
+            None,
+            list(range(1, 81)),
+            {},
+            81,
+        )
+    if not a.data_dir:
+        raise SystemExit("give --data-dir (a COCO-format folder) or --synthetic")
+    root = Path(a.data_dir)
+    if not root.is_dir():
+        raise SystemExit(f"data dir {root} does not exist")
+    paths = {
+        s: (root / s, root / "annotations" / f"instances_{s}.json") for s in (a.train_split, a.val_split)
+    }
+    backend = d.get("backend", "pytorch")
+    if backend.startswith("dali"):
+        train = DaliLoader(
+            *paths[a.train_split],
+            batch_size=batch,
+            image_size=d["image_size"],
+            train=True,
+            device=backend.split("-")[1],
+            world_size=world,
+            rank=rank,
+            workers=d["workers"],
+            seed=a.seed,
+        )
+        cats, names, ncls = train.category_ids, train.category_names, train.num_classes
+    else:
+        train = build_loader(
+            *paths[a.train_split],
+            train=True,
+            batch_size=batch,
+            image_size=d["image_size"],
+            augment=d.get("augment", True),
+            workers=d["workers"],
+            world_size=world,
+            rank=rank,
+            seed=a.seed,
+        )
+        ds = train.dataset
+        cats, names, ncls = ds.category_ids, ds.category_names, ds.num_classes
+    val = None
+    if r["eval"].get("epochs"):
+        val = build_loader(
+            *paths[a.val_split],
+            train=False,
+            batch_size=r["eval"].get("batch_size", batch),
+            image_size=d["image_size"],
+            workers=d["workers"],
+            world_size=world,
+            rank=rank,
+        )
+        if val.dataset.category_ids != cats:
+            raise SystemExit(f"{a.val_split} and {a.train_split} list different categories")
+    return train, val, cats, names, ncls
+
+
+def lr_schedule(r: dict, steps_per_epoch: int):
+    """Linear warmup over ``schedule.warmup_steps``, then x``gamma`` at each epoch in ``milestones``."""
+    s = r["schedule"]
+    warmup = s.get("warmup_steps", 0)
+    milestones = [m * steps_per_epoch for m in s.get("milestones", [])]
+    gamma = s.get("gamma", 0.1)
+
+    def factor(step: int) -> float:
+        f = gamma ** sum(step >= m for m in milestones)
+        if step < warmup:
+            f *= (step + 1) / warmup
+        return f
+
+    return factor
+
+
+def load_backbone(model: SSD300, name_or_path: str, registry: str) -> None:
+    from zoo.checkpoints import CheckpointError, fetch, load_registry
+
+    path = Path(name_or_path)
+    if not path.is_file():
+        try:
+            path = fetch(load_registry(registry).get(name_or_path))
+        except CheckpointError as e:
+            raise SystemExit(str(e)) from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)  # tensors only: files from the web
+        n = load_backbone_state(model, state)
+    except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SystemExit(f"backbone weights {path}: {reason[:200]}") from None
+    print(f"backbone: {n} ResNet-50 tensors from {path}", file=sys.stderr)
+
+
+@torch.no_grad()
+def precise_batchnorm(model: torch.nn.Module, loader, batches: int, device, amp: str) -> None:
+    """Re-estimate BatchNorm running statistics as a plain average over ``batches`` training batches.
+
+    After a short run the running averages lag far behind the weights, and eval-mode outputs are
+    poor; averaging over fresh batches with fixed weights fixes that (long runs barely change).
+    """
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    momenta = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative average
+    model.train()
+    for i, batch in enumerate(loader):
+        if i >= batches:
+            break
+        with autocast(device, amp):
+            model(batch.to(device).images)
+    for bn, m in zip(bns, momenta, strict=True):
+        bn.momentum = m
+
+
+def save_checkpoint(path: Path, **state) -> None:
+    from zoo.checkpoints import atomic_write
+
+    with atomic_write(path) as tmp:
+        torch.save(state, tmp)
+
+
+def train(a: argparse.Namespace) -> dict:
+    from zoo.log import MetricsLogger
+
+    r = load_config(a)
+    rank, world, device = setup_distributed(a.device)
+    primary = rank == 0
+    seed_everything(a.seed)
+    train_loader, val_loader, category_ids, category_names, num_classes = build_loaders(
+        a, r, rank, world, device
+    )
+    steps_per_epoch = len(train_loader) if a.steps is None else min(a.steps, len(train_loader))
+    if steps_per_epoch == 0:
+        raise SystemExit(f"no full batch of {r['batch_size']} per process in the training set")
+
+    model = SSD300(num_classes=num_classes)
+    if a.backbone:
+        load_backbone(model, a.backbone, a.registry)
+    model = model.to(device)
+    if a.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    o = r["optimizer"]
+    lr = o["base_lr"] * r["batch_size"] * world / o.get("base_batch", 32)
+    decay, no_decay = [], []
+    for p in model.parameters():
+        (no_decay if p.ndim <= 1 else decay).append(p)  # no weight decay on BN and bias
+    optimizer = torch.optim.SGD(
+        [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        momentum=o["momentum"],
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(r, steps_per_epoch))
+    amp = r.get("precision", "bf16")
+    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+    criterion = SSDLoss(r.get("neg_pos_ratio", 3))
+    dboxes = default_boxes().to(device)
+
+    results_dir = Path(a.results_dir)
+    ckpt_path = results_dir / "checkpoint.pt"
+    start_epoch = 0
+    if a.resume and ckpt_path.is_file():
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
+        start_epoch = state["epoch"]
+        if primary:
+            print(f"resumed from {ckpt_path} at epoch {start_epoch}", file=sys.stderr)
+
+    ddp = (
+        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if world > 1
+        else model
+    )
+    step_model = torch.compile(ddp) if a.compile else ddp
+    if primary:
+        results_dir.mkdir(parents=True, exist_ok=True)
+    epochs = r["epochs"]
+    stop = min(epochs, a.stop_epoch) if a.stop_epoch else epochs
+    log = MetricsLogger(
+        str(results_dir / "metrics.jsonl") if primary else None,
+        enabled=primary,
+        total_steps=steps_per_epoch * stop,
+        desc="train",
+        stream=sys.stderr,  # today's stderr (the default is bound when zoo.log is first imported)
+    )
+    scorer = AsyncScorer() if a.async_eval and primary and val_loader is not None else None
+    eval_epochs = set(r["eval"].get("epochs", []))
+    target = r["eval"].get("target_map")
+    summary = {"epochs": start_epoch, "losses": [], "maps": {}, "model": model}
+    step = start_epoch * steps_per_epoch
+
+    def record_map(epoch: int, stats: dict) -> bool:
+        summary["maps"][epoch] = stats["mAP"]
+        log.log(step, stats, phase="eval")
+        log.event("eval_accuracy", stats["mAP"], {"epoch_num": epoch})
+        return target is not None and stats["mAP"] >= target
+
+    reached = False
+    for epoch in range(start_epoch, stop):
+        if getattr(train_loader, "sampler", None) is not None and hasattr(train_loader.sampler, "set_epoch"):
+            train_loader.sampler.set_epoch(epoch)
+        step_model.train()
+        t0 = time.time()
+        for i, batch in enumerate(train_loader):
+            if i >= steps_per_epoch:
+                break
+            batch = batch.to(device)
+            images = batch.images.to(memory_format=torch.channels_last) if a.channels_last else batch.images
+            with torch.no_grad():
+                loc_t, cls_t = match(batch.boxes, batch.labels, dboxes)
+            with autocast(device, amp):
+                loc, logits = step_model(images)
+            loss = criterion(loc, logits, loc_t, cls_t)
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            step += 1
+            if i % a.log_every == 0 or i == steps_per_epoch - 1:
+                value = loss.item()  # one host sync per log line, not per step
+                summary["losses"].append(value)
+                log.progress(step, images.shape[0] * world, {"loss": value, "lr": scheduler.get_last_lr()[0]})
+                log.log(step, {"loss": value, "epoch": epoch + 1})
+        seconds = time.time() - t0
+        if primary:
+            log.log(
+                step,
+                {"epoch": epoch + 1, "images_per_s": steps_per_epoch * r["batch_size"] * world / seconds},
+                units={"images_per_s": "img/s"},
+            )
+        summary["epochs"] = epoch + 1
+        if (epoch + 1) % r.get("checkpoint_every", 1) == 0 or epoch + 1 == stop:
+            rngs = gather_rng(world)  # a collective: every rank takes part
+            if primary:
+                save_checkpoint(
+                    ckpt_path,
+                    model=model.state_dict(),
+                    optimizer=optimizer.state_dict(),
+                    scheduler=scheduler.state_dict(),
+                    scaler=scaler.state_dict(),
+                    epoch=epoch + 1,
+                    rng=rngs,
+                    recipe=r,
+                    category_ids=category_ids,
+                )
+        if val_loader is not None and (epoch + 1) in eval_epochs:
+            if r["eval"].get("precise_bn_batches"):
+                precise_batchnorm(model, train_loader, r["eval"]["precise_bn_batches"], device, amp)
+            results = detect_dataset(model, val_loader, category_ids, device=device, amp=amp)
+            results = gather_results(results, world)
+            ann = val_loader.dataset.annotation_file
+            if primary and scorer is not None:
+                scorer.submit(epoch + 1, ann, results)
+            elif primary:
+                reached = record_map(epoch + 1, coco_map(ann, results))
+        if scorer is not None:
+            for e, stats in scorer.done():
+                reached = record_map(e, stats) or reached
+        reached = broadcast_flag(reached, world, device)
+        if reached:
+            if primary:
+                print(f"target mAP {target} reached after epoch {epoch + 1}", file=sys.stderr)
+            break
+    if scorer is not None:
+        for e, stats in scorer.done(wait=True):
+            record_map(e, stats)
+        scorer.close()
+    if primary:
+        save_checkpoint(
+            results_dir / "model.pt",
+            model=model.state_dict(),
+            category_ids=category_ids,
+            category_names=category_names,
+            num_classes=num_classes,
+        )
+    log.close()
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return summary
+
+
+def gather_rng(world: int) -> list[dict]:
+    """Every rank's RNG state (so a resumed rank continues its own stream)."""
+    state = rng_state()
+    if world == 1:
+        return [state]
+    out = [None] * world
+    dist.all_gather_object(out, state)
+    return out
+
+
+def gather_results(results: list[dict], world: int) -> list[dict]:
+    if world == 1:
+        return results
+    out = [None] * world
+    dist.all_gather_object(out, results)
+    # DistributedSampler pads the last shard with repeated images: keep each image's first copy only.
+    merged, seen = [], set()
+    for part in out:
+        ids = {r["image_id"] for r in part}
+        merged += [r for r in part if r["image_id"] not in seen]
+        seen |= ids
+    return merged
+
+
+def broadcast_flag(flag: bool, world: int, device) -> bool:
+    if world == 1:
+        return flag
+    t = torch.tensor([int(flag)], device=device)
+    dist.broadcast(t, 0)
+    return bool(t.item())
+
+
+def main(argv=None) -> None:
+    a = parse_args(argv)
+    summary = train(a)
+    if summary["maps"]:
+        print(
+            "mAP by epoch: " + ", ".join(f"{e}: {m:.4f}" for e, m in sorted(summary["maps"].items())),
+            file=sys.stderr,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""Phase-1 pretraining throughput: our BERT next to transformers.BertForPreTraining, same data, one process.
+
+Both train on the same synthetic batch (seq 128, batch 64 by default, 20 masked positions per
+sequence) with bf16 autocast and, on a GPU, torch.compile. Ours: fused QKV, SDPA, MLM head on the
+masked positions only, our foreach LAMB. Hugging Face: SDPA attention, the MLM head over every
+token with -100 labels elsewhere (its documented usage), fused AdamW: what a user writes with it.
+Needs only torch, transformers and this package (zoo.bench when importable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from bert.convert import ours_to_hf
+from bert.lamb import Lamb, parameter_groups
+from bert.model import BertForPreTraining, bert_config
+
+
+def synthetic_batch(batch: int, seq: int, predictions: int, vocab: int, device, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (batch, seq), generator=g)
+    positions = (
+        torch.stack([torch.randperm(seq - 2, generator=g)[:predictions] + 1 for _ in range(batch)])
+        .sort(1)
+        .values
+    )
+    targets = torch.gather(ids, 1, positions)
+    dense_labels = torch.full((batch, seq), -100).scatter_(1, positions, targets)
+    ids = ids.scatter(1, positions, 4)  # [MASK]
+    out = dict(
+        input_ids=ids,
+        token_type_ids=torch.zeros_like(ids),
+        positions=positions,
+        labels=targets,
+        dense_labels=dense_labels,
+    )
+    return {k: v.to(device) for k, v in out.items()}
+
+
+def hf_model(config, device):
+    import transformers
+
+    hf_config = transformers.BertConfig(
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings,
+        hidden_dropout_prob=config.hidden_dropout,
+        attention_probs_dropout_prob=config.attention_dropout,
+        layer_norm_eps=config.layer_norm_eps,
+        attn_implementation="sdpa",
+    )
+    return transformers.BertForPreTraining(hf_config).to(device)
+
+
+def make_step(
+    kind: str,
+    model,
+    batch: dict,
+    amp_dtype,
+    device_type: str,
+    compile_model: bool,
+    *,
+    optimizer_name="lamb",
+    compile_optimizer=False,
+):
+    """A function running one optimizer step of `kind` ("ours" or "hf") on the batch; returns loss."""
+    autocast = dict(device_type=device_type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
+    if kind == "ours":
+        if optimizer_name.startswith("lamb"):
+            implementations = {"lamb": "fused_adam", "lamb-foreach": "foreach", "lamb-compiled": "compiled"}
+            implementation = implementations[optimizer_name]
+            optimizer = Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation=implementation)
+        else:
+            optimizer = torch.optim.AdamW(
+                model.parameters(), lr=1e-4, weight_decay=0.01, fused=device_type == "cuda"
+            )
+
+        def forward():
+            mlm, _ = model(
+                batch["input_ids"],
+                batch["token_type_ids"],
+                mlm_positions=batch["positions"],
+                next_sentence=False,
+            )
+            return F.cross_entropy(mlm.flatten(0, 1).float(), batch["labels"].flatten())
+    else:
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=1e-4, weight_decay=0.01, fused=device_type == "cuda"
+        )
+
+        def forward():
+            logits = model(
+                input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"]
+            ).prediction_logits
+            return F.cross_entropy(
+                logits.flatten(0, 1).float(), batch["dense_labels"].flatten(), ignore_index=-100
+            )
+
+    forward_fn = torch.compile(forward) if compile_model else forward
+
+    optimizer_step = torch.compile(optimizer.step) if compile_optimizer and kind == "ours" else optimizer.step
+
+    def step():
+        with torch.autocast(**autocast):
+            loss = forward_fn()
+        loss.backward()
+        optimizer_step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
+def time_steps(step, *, items: int, warmup: int, iters: int, sync) -> dict:
+    try:
+        from zoo.bench import time_loop
+    except ImportError:  # the GPU image may carry only torch + transformers
+        time_loop = None
+    if time_loop is not None:
+        return time_loop(step, items_per_call=items, warmup=warmup, iters=iters, sync=sync)
+    for _ in range(warmup):
+        step()
+    sync()
+    began = time.perf_counter()
+    for _ in range(iters):
+        step()
+    sync()
+    seconds = time.perf_counter() - began
+    return {
+        "throughput": items * iters / seconds,
+        "latency_ms": {"mean": 1000 * seconds / iters},
+        "steps": iters,
+    }
+
+
+def run(args) -> list[dict]:
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    compile_model = args.compile if args.compile is not None else device.type == "cuda"
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.amp]
+    config = bert_config(args.model, vocab_size=args.vocab_size)
+    batch = synthetic_batch(args.batch_size, args.seq, args.predictions, config.vocab_size, device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    results = []
+    for kind in args.models:
+        torch.manual_seed(0)
+        ours = BertForPreTraining(config)
+        if kind == "ours":
+            model = ours.to(device)
+        else:  # same initial weights in both
+            model = hf_model(config, device)
+            missing, unexpected = model.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
+            assert not unexpected, unexpected
+        model.train()
+        step = make_step(
+            kind, model, batch, amp_dtype, device.type, compile_model,
+            optimizer_name=args.ours_optimizer, compile_optimizer=args.compile_optimizer,
+        )  # fmt: skip
+        began = time.perf_counter()
+        first_loss = float(step().detach())
+        sync()
+        first_step_s = time.perf_counter() - began
+        summary = time_steps(step, items=args.batch_size, warmup=args.warmup, iters=args.iters, sync=sync)
+        peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        results.append(
+            {
+                "model": kind,
+                "name": "ours (bert.model)" if kind == "ours" else "transformers.BertForPreTraining",
+                "config": args.model,
+                "batch": args.batch_size,
+                "seq": args.seq,
+                "precision": args.amp,
+                "compile": compile_model,
+                "optimizer": (args.ours_optimizer if kind == "ours" else "adamw")
+                + (" compiled" if args.compile_optimizer and kind == "ours" else ""),
+                "first_step_s": first_step_s,
+                "first_loss": first_loss,
+                "sequences_per_s": summary["throughput"],
+                "peak_memory_gib": peak,
+                **summary,
+            }
+        )
+        print(
+            f"{results[-1]['name']:<34} {summary['throughput']:10.1f} seq/s  (first loss {first_loss:.3f})",
+            flush=True,
+        )
+        del model, ours, step
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(device)
+    return results
+
+
+def optimizer_only(args) -> list[dict]:
+    """Time optimizer steps alone on the model's parameters with random gradients: the device time
+    (synchronised) and the host time to issue the step (not synchronised)."""
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    model = BertForPreTraining(bert_config(args.model, vocab_size=args.vocab_size)).to(device)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    variants = {
+        "lamb-foreach": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4),
+        "lamb-fused": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation="fused_adam"),
+        "lamb-compiled": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation="compiled"),
+        "adamw-fused": lambda: torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda"),
+    }
+    results = []
+    for name, make in variants.items():
+        optimizer = make()
+        for _ in range(args.warmup):
+            optimizer.step()
+        sync()
+        began = time.perf_counter()
+        for _ in range(args.iters):
+            optimizer.step()
+        host = time.perf_counter() - began
+        sync()
+        total = time.perf_counter() - began
+        results.append(
+            {
+                "optimizer": name,
+                "step_ms": 1000 * total / args.iters,
+                "host_issue_ms": 1000 * host / args.iters,
+            }
+        )
+        print(
+            f"{name:<14} {results[-1]['step_ms']:7.2f} ms/step on the device, {results[-1]['host_issue_ms']:7.2f} ms to issue",
+            flush=True,
+        )
+    return results
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bert.benchmark", description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="bert-large", help="bert-large, bert-base, bert-tiny")
+    p.add_argument("--tiny", action="store_true", help="bert-tiny, batch 8, few steps: a CPU smoke run")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--predictions", type=int, default=20, help="masked positions per sequence")
+    p.add_argument("--vocab-size", type=int, default=30522)
+    p.add_argument("--amp", choices=["bf16", "fp16", "fp32"], default="bf16")
+    p.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None, help="default: on for CUDA"
+    )
+    p.add_argument(
+        "--ours-optimizer", choices=["lamb", "lamb-foreach", "lamb-compiled", "adamw"], default="lamb",
+        help="ours: LAMB on the fused Adam kernel (default), LAMB with foreach ops, LAMB compiled per tensor, or fused AdamW",
+    )  # fmt: skip
+    p.add_argument("--compile-optimizer", action="store_true", help="ours: torch.compile the optimizer step")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--models", nargs="+", choices=["ours", "hf"], default=["ours", "hf"])
+    p.add_argument("--device", default=None)
+    p.add_argument("--output", default="results/benchmark.json", help="JSON report")
+    p.add_argument("--optimizer-only", action="store_true", help="time the optimizer variants' steps alone")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.model, args.batch_size, args.warmup, args.iters = "bert-tiny", 8, 2, 5
+        args.vocab_size = min(args.vocab_size, 2000)
+    if args.optimizer_only:
+        print(json.dumps(optimizer_only(args)))
+        return
+    results = run(args)
+    ratio = None
+    by_kind = {r["model"]: r["sequences_per_s"] for r in results}
+    if len(by_kind) == 2:
+        ratio = by_kind["ours"] / by_kind["hf"]
+        print(f"ours / transformers: {ratio:.3f}x", flush=True)
+    device = (
+        torch.cuda.get_device_name()
+        if torch.cuda.is_available() and args.device != "cpu"
+        else platform.processor() or "cpu"
+    )
+    meta = {
+        "device": device,
+        "torch": torch.__version__,
+        "command": " ".join(sys.argv),
+        "ratio_ours_over_hf": ratio,
+    }
+    try:
+        import transformers
+
+        meta["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    try:
+        from zoo.bench import write_report
+
+        write_report(args.output, results, **meta)
+    except ImportError:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"report: {args.output}")
+
+
+if __name__ == "__main__":
+    main()

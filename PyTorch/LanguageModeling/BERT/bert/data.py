@@ -1,0 +1,621 @@
+"""Pretraining samples: sequences from documents, packing, masking, shards, and the batch loader.
+
+A *sequence* is `[CLS] A [SEP]` (or `[CLS] A [SEP] B [SEP]` with next-sentence prediction); a
+*sample* is one row of `max_seq` tokens. Without packing each sample holds one sequence and
+padding; with packing (the default) sequences are put into samples by best-fit-decreasing bin
+packing, each token carrying the id (1, 2, ...) of its sequence so that attention stays inside
+it and position ids restart (see bert.model). Documents' tails and short documents fill the
+space that padding would waste, so a packed sample of 128 tokens holds about 1.5-3 sequences of
+Wikipedia text.
+
+Shards are `.npz` files written with write-then-rename, described by `metadata.json`:
+input_ids [N, T], token_type_ids [N, T], seq_ids [N, T], cls_positions [N, S] (-1 = none),
+nsp_labels [N, S] (-1 = none; 0 = B follows A, 1 = B is random) and, with static masking,
+mlm_positions [N, P] and mlm_labels [N, P] (-1 = none). Dynamic masking draws the masks in the
+loader from (seed, epoch, sample), so every epoch sees new masks and a resumed run the same ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Iterable
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FORMAT = "zoo-bert-pretraining/v1"
+
+
+@dataclasses.dataclass
+class SampleSpec:
+    max_seq: int = 128
+    max_predictions: int = 20
+    packing: bool = True
+    nsp: bool = False
+    masking: str = "dynamic"  # or "static"
+    mask_prob: float = 0.15
+    short_seq_prob: float = 0.0  # the unpacked NSP recipe uses 0.1
+    max_sequences: int = 0  # per packed sample; 0 = max_seq // 16
+
+    def __post_init__(self):
+        if self.masking not in ("dynamic", "static"):
+            raise SystemExit(f"masking must be dynamic or static, not {self.masking!r}")
+        if self.max_seq < 8 or self.max_predictions < 1:
+            raise SystemExit(f"max_seq {self.max_seq} / max_predictions {self.max_predictions} too small")
+        if not self.max_sequences:
+            self.max_sequences = max(1, self.max_seq // 16) if self.packing else 1
+
+
+@dataclasses.dataclass
+class Specials:
+    pad: int
+    cls: int
+    sep: int
+    mask: int
+    vocab_size: int
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> Specials:
+        ids = {t: tokenizer.token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")}
+        return cls(ids["[PAD]"], ids["[CLS]"], ids["[SEP]"], ids["[MASK]"], tokenizer.get_vocab_size())
+
+
+# --- sequences -------------------------------------------------------------------------------
+
+
+def tokenize_documents(documents: Iterable[list[str]], tokenizer) -> list[list[np.ndarray]]:
+    """Documents of sentences -> documents of token-id arrays (empty sentences dropped)."""
+    out = []
+    for sentences in documents:
+        encoded = tokenizer.encode_batch(sentences, add_special_tokens=False)
+        doc = [np.asarray(e.ids, dtype=np.int32) for e in encoded if e.ids]
+        if doc:
+            out.append(doc)
+    return out
+
+
+def make_sequences(docs: list[list[np.ndarray]], spec: SampleSpec, specials: Specials, rng) -> list[tuple]:
+    """(token ids with [CLS]/[SEP], token types, nsp label or -1) for every chunk of every document."""
+    target_max = spec.max_seq - (3 if spec.nsp else 2)
+    sequences = []
+    for d, doc in enumerate(docs):
+        pieces = [s[i : i + target_max] for s in doc for i in range(0, len(s), target_max)]
+        target = _target_length(spec, target_max, rng)
+        chunk, length, i = [], 0, 0
+        while i < len(pieces):
+            chunk.append(pieces[i])
+            length += len(pieces[i])
+            if i == len(pieces) - 1 or length >= target:
+                if spec.nsp:
+                    seq, unused = _nsp_pair(chunk, docs, d, target_max, specials, rng)
+                    i -= unused
+                else:
+                    tokens = np.concatenate(chunk)[:target_max]
+                    seq = (_wrap(specials, tokens), np.zeros(len(tokens) + 2, np.uint8), -1)
+                sequences.append(seq)
+                chunk, length = [], 0
+                target = _target_length(spec, target_max, rng)
+            i += 1
+    return sequences
+
+
+def _target_length(spec: SampleSpec, target_max: int, rng) -> int:
+    if spec.short_seq_prob and rng.random() < spec.short_seq_prob:
+        return int(rng.integers(2, target_max + 1))
+    return target_max
+
+
+def _wrap(specials: Specials, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    parts = [[specials.cls], a, [specials.sep]] + ([b, [specials.sep]] if b is not None else [])
+    return np.concatenate([np.asarray(p, dtype=np.int32) for p in parts])
+
+
+def _nsp_pair(chunk, docs, d, target_max, specials, rng):
+    """A/B pair from a chunk: B is the true continuation (label 0) or, half of the time or when the
+    chunk has one piece, sentences of another document (label 1; the chunk's unused rest is reused)."""
+    a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
+    a = np.concatenate(chunk[:a_end])
+    unused = 0
+    if len(chunk) == 1 or (len(docs) > 1 and rng.random() < 0.5):
+        other = int(rng.integers(0, len(docs) - 1)) if len(docs) > 1 else d
+        other += other >= d and len(docs) > 1
+        start = int(rng.integers(0, len(docs[other])))
+        b = np.concatenate(docs[other][start:])[: max(1, target_max - len(a))]
+        label = 1 if other != d else 0
+        unused = len(chunk) - a_end
+    else:
+        b = np.concatenate(chunk[a_end:])
+        label = 0
+    while len(a) + len(b) > target_max:  # trim the longer side, at a random end
+        if len(a) >= len(b):
+            a = a[1:] if rng.random() < 0.5 else a[:-1]
+        else:
+            b = b[1:] if rng.random() < 0.5 else b[:-1]
+    types = np.concatenate([np.zeros(len(a) + 2, np.uint8), np.ones(len(b) + 1, np.uint8)])
+    return (_wrap(specials, a, b), types, label), unused
+
+
+# --- packing ---------------------------------------------------------------------------------
+
+
+def pack_best_fit(lengths: np.ndarray, capacity: int, max_items: int) -> list[list[int]]:
+    """Best-fit-decreasing bin packing: each item (longest first) goes to the open bin with the least
+    room that still fits it; a bin closes when full or holding `max_items`."""
+    by_room: list[list[int]] = [[] for _ in range(capacity + 1)]
+    bins: list[list[int]] = []
+    for item in np.argsort(-np.asarray(lengths), kind="stable"):
+        length = int(lengths[item])
+        if length > capacity:
+            raise ValueError(f"sequence of {length} tokens does not fit {capacity}")
+        room = next((r for r in range(length, capacity + 1) if by_room[r]), None)
+        if room is None:
+            b, room = len(bins), capacity
+            bins.append([])
+        else:
+            b = by_room[room].pop()
+        bins[b].append(int(item))
+        left = room - length
+        if left > 0 and len(bins[b]) < max_items:
+            by_room[left].append(b)
+    return bins
+
+
+def build_samples(
+    sequences: list[tuple], bins: list[list[int]], spec: SampleSpec, specials: Specials
+) -> dict:
+    """Lay the sequences of each bin side by side in one row of `max_seq` tokens."""
+    n, t, s = len(bins), spec.max_seq, spec.max_sequences
+    out = {
+        "input_ids": np.full((n, t), specials.pad, dtype=_id_dtype(specials.vocab_size)),
+        "token_type_ids": np.zeros((n, t), np.uint8),
+        "seq_ids": np.zeros((n, t), np.uint8),
+        "cls_positions": np.full((n, s), -1, np.int16),
+        "nsp_labels": np.full((n, s), -1, np.int8),
+    }
+    for row, members in enumerate(bins):
+        offset = 0
+        for k, item in enumerate(members):
+            ids, types, label = sequences[item]
+            end = offset + len(ids)
+            out["input_ids"][row, offset:end] = ids
+            out["token_type_ids"][row, offset:end] = types
+            out["seq_ids"][row, offset:end] = k + 1
+            out["cls_positions"][row, k] = offset
+            out["nsp_labels"][row, k] = label
+            offset = end
+    return out
+
+
+def _id_dtype(vocab_size: int):
+    return np.uint16 if vocab_size <= np.iinfo(np.uint16).max else np.int32
+
+
+# --- masking ---------------------------------------------------------------------------------
+
+
+def mask_tokens(input_ids: np.ndarray, seq_ids: np.ndarray, spec: SampleSpec, specials: Specials, rng):
+    """BERT masking of one sample: `mask_prob` of the real tokens (not [CLS]/[SEP]/pad, at most
+    `max_predictions`) become targets; 80% -> [MASK], 10% -> a random token, 10% unchanged.
+    Returns (masked ids, positions [P] padded with 0, labels [P] padded with -1)."""
+    ids = input_ids.astype(np.int64)
+    candidates = np.flatnonzero((seq_ids > 0) & (ids != specials.cls) & (ids != specials.sep))
+    count = min(spec.max_predictions, max(1, int(round(len(candidates) * spec.mask_prob))), len(candidates))
+    positions = np.sort(rng.choice(candidates, count, replace=False))
+    labels = ids[positions].copy()
+    draw = rng.random(count)
+    masked = ids.copy()
+    masked[positions[draw < 0.8]] = specials.mask
+    randomised = positions[(draw >= 0.8) & (draw < 0.9)]
+    masked[randomised] = rng.integers(0, specials.vocab_size, len(randomised))
+    padded_positions = np.zeros(spec.max_predictions, np.int64)
+    padded_labels = np.full(spec.max_predictions, -1, np.int64)
+    padded_positions[:count] = positions
+    padded_labels[:count] = labels
+    return masked, padded_positions, padded_labels
+
+
+# --- preprocessing into shards ---------------------------------------------------------------
+
+
+def prepare(
+    inputs: list[str | Path],
+    vocab: str | Path,
+    out_dir: str | Path,
+    spec: SampleSpec,
+    *,
+    dupe_factor: int = 1,
+    shard_size: int = 65536,
+    workers: int = 1,
+    seed: int = 12345,
+    pack_window: int = 50000,
+) -> dict:
+    """Text files -> shards of samples + metadata.json in out_dir. Returns the metadata."""
+    from bert.text import expand_text_paths
+
+    files = expand_text_paths(inputs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    workers = max(1, min(workers, len(files)))
+    jobs = [
+        (files[w::workers], str(vocab), str(out_dir), spec, dupe_factor, shard_size, seed, w, pack_window)
+        for w in range(workers)
+    ]
+    if workers == 1:
+        results = [_prepare_part(*jobs[0])]
+    else:
+        with Pool(workers) as pool:
+            results = pool.starmap(_prepare_part, jobs)
+    shards = [s for part in results for s in part["shards"]]
+    if not shards:
+        raise SystemExit(f"no samples could be made from {len(files)} text files (too little text?)")
+    meta = {
+        "format": FORMAT,
+        **dataclasses.asdict(spec),
+        "vocab_size": results[0]["vocab_size"],
+        "specials": results[0]["specials"],
+        "samples": sum(s["samples"] for s in shards),
+        "sequences": sum(s["sequences"] for s in shards),
+        "tokens": sum(s["tokens"] for s in shards),
+        "shards": shards,
+    }
+    tmp = out_dir / "metadata.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(out_dir / "metadata.json")
+    return meta
+
+
+def _prepare_part(files, vocab, out_dir, spec, dupe_factor, shard_size, seed, part, pack_window):
+    from bert.text import read_documents
+    from bert.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(vocab)
+    specials = Specials.from_tokenizer(tokenizer)
+    docs = tokenize_documents(read_documents(files), tokenizer)
+    rng = np.random.default_rng([seed, part])
+    writer = _ShardWriter(Path(out_dir), f"shard_{part:03d}", shard_size)
+    for _ in range(dupe_factor):
+        sequences = make_sequences(docs, spec, specials, rng)
+        order = rng.permutation(len(sequences))
+        for start in range(0, len(order), pack_window):
+            window = [sequences[i] for i in order[start : start + pack_window]]
+            if spec.packing:
+                bins = pack_best_fit(np.array([len(s[0]) for s in window]), spec.max_seq, spec.max_sequences)
+                bins = [bins[i] for i in rng.permutation(len(bins))]
+            else:
+                bins = [[i] for i in range(len(window))]
+            samples = build_samples(window, bins, spec, specials)
+            if spec.masking == "static":
+                _mask_statically(samples, spec, specials, rng)
+            writer.add(samples)
+    writer.close()
+    return {
+        "shards": writer.shards,
+        "vocab_size": specials.vocab_size,
+        "specials": dataclasses.asdict(specials),
+    }
+
+
+def _mask_statically(samples: dict, spec: SampleSpec, specials: Specials, rng) -> None:
+    n = len(samples["input_ids"])
+    positions = np.zeros((n, spec.max_predictions), np.int16 if spec.max_seq < 2**15 else np.int32)
+    labels = np.full((n, spec.max_predictions), -1, np.int32)
+    for i in range(n):
+        masked, positions[i], labels[i] = mask_tokens(
+            samples["input_ids"][i], samples["seq_ids"][i], spec, specials, rng
+        )
+        samples["input_ids"][i] = masked
+    samples["mlm_positions"], samples["mlm_labels"] = positions, labels
+
+
+class _ShardWriter:
+    def __init__(self, out_dir: Path, prefix: str, shard_size: int):
+        self.out_dir, self.prefix, self.shard_size = out_dir, prefix, shard_size
+        self.pending: list[dict] = []
+        self.count = 0
+        self.shards: list[dict] = []
+
+    def add(self, samples: dict) -> None:
+        self.pending.append(samples)
+        self.count += len(samples["input_ids"])
+        while self.count >= self.shard_size:
+            self._flush(self.shard_size)
+
+    def close(self) -> None:
+        if self.count:
+            self._flush(self.count)
+
+    def _flush(self, n: int) -> None:
+        merged = {k: np.concatenate([p[k] for p in self.pending]) for k in self.pending[0]}
+        shard = {k: v[:n] for k, v in merged.items()}
+        rest = {k: v[n:] for k, v in merged.items()}
+        self.pending = [rest] if len(rest["input_ids"]) else []
+        self.count -= n
+        name = f"{self.prefix}_{len(self.shards):05d}.npz"
+        tmp = self.out_dir / (name + ".tmp.npz")
+        np.savez(tmp, **shard)
+        tmp.replace(self.out_dir / name)
+        self.shards.append(
+            {
+                "file": name,
+                "samples": n,
+                "sequences": int((shard["cls_positions"] >= 0).sum()),
+                "tokens": int((shard["seq_ids"] > 0).sum()),
+            }
+        )
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+class PretrainingData:
+    """Shards of one prepared directory, addressed as one stream per epoch.
+
+    The stream is block-shuffled: the shard order and the order inside each shard are permuted
+    from (seed, epoch), so only one or two shards are read at a time.
+    """
+
+    def __init__(self, data_dir: str | Path, seed: int = 0):
+        self.dir = Path(data_dir)
+        meta_path = self.dir / "metadata.json"
+        if not meta_path.is_file():
+            raise SystemExit(f"{self.dir} has no metadata.json: prepare it with scripts/download_data.sh")
+        self.meta = json.loads(meta_path.read_text())
+        if self.meta.get("format") != FORMAT:
+            raise SystemExit(f"{meta_path} is not a {FORMAT} description")
+        missing = [s["file"] for s in self.meta["shards"] if not (self.dir / s["file"]).is_file()]
+        if missing:
+            raise SystemExit(f"{self.dir} lacks shards {missing[:3]} listed in metadata.json")
+        fields = {f.name for f in dataclasses.fields(SampleSpec)}
+        self.spec = SampleSpec(**{k: v for k, v in self.meta.items() if k in fields})
+        self.specials = Specials(**self.meta["specials"])
+        self.sizes = np.array([s["samples"] for s in self.meta["shards"]])
+        self.seed = seed
+        self._cache: dict[int, dict] = {}
+        self._perms: dict[tuple[int, int], np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return int(self.sizes.sum())
+
+    def _shard(self, k: int) -> dict:
+        if k not in self._cache:
+            if len(self._cache) >= 2:
+                self._cache.pop(next(iter(self._cache)))
+            with np.load(self.dir / self.meta["shards"][k]["file"]) as f:
+                self._cache[k] = {name: f[name] for name in f.files}
+        return self._cache[k]
+
+    def locate(self, epoch: int, position: int) -> tuple[int, int]:
+        """(shard, row) of the sample at `position` of epoch `epoch`'s stream."""
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.sizes))
+        ends = np.cumsum(self.sizes[order])
+        j = int(np.searchsorted(ends, position, side="right"))
+        shard = int(order[j])
+        local = position - (int(ends[j - 1]) if j else 0)
+        key = (epoch, shard)
+        if key not in self._perms:
+            if len(self._perms) > 4:
+                self._perms.pop(next(iter(self._perms)))
+            self._perms[key] = np.random.default_rng([self.seed, epoch, shard]).permutation(self.sizes[shard])
+        return shard, int(self._perms[key][local])
+
+    def sample(self, epoch: int, position: int) -> dict:
+        shard, row = self.locate(epoch, position)
+        arrays = {k: v[row] for k, v in self._shard(shard).items()}
+        if self.spec.masking == "dynamic":
+            rng = np.random.default_rng([self.seed, epoch, shard, row, 1])
+            masked, positions, labels = mask_tokens(
+                arrays["input_ids"], arrays["seq_ids"], self.spec, self.specials, rng
+            )
+            arrays.update(input_ids=masked, mlm_positions=positions, mlm_labels=labels)
+        return arrays
+
+
+class PretrainingBatches(torch.utils.data.Dataset):
+    """Item `step` = this rank's slice of the global batch number `step` of the run.
+
+    Steps run across epochs (step // steps_per_epoch is the epoch), so resuming at a step is exact
+    and independent of the number of loader workers.
+    """
+
+    def __init__(self, data: PretrainingData, batch_size: int, *, rank: int = 0, world_size: int = 1):
+        self.data, self.batch_size, self.rank, self.world_size = data, batch_size, rank, world_size
+        self.global_batch = batch_size * world_size
+        self.steps_per_epoch = len(data) // self.global_batch
+        if self.steps_per_epoch == 0:
+            raise SystemExit(
+                f"{len(data)} samples in {data.dir} are fewer than one global batch of {self.global_batch}"
+            )
+
+    def __len__(self) -> int:
+        return 1 << 40  # endless; the training loop decides when to stop
+
+    def __getitem__(self, step: int) -> dict[str, torch.Tensor]:
+        epoch, in_epoch = divmod(step, self.steps_per_epoch)
+        first = in_epoch * self.global_batch + self.rank * self.batch_size
+        rows = [self.data.sample(epoch, first + i) for i in range(self.batch_size)]
+        return collate(rows, nsp=self.data.spec.nsp)
+
+
+def collate(rows: list[dict], *, nsp: bool) -> dict[str, torch.Tensor]:
+    def stack(name, dtype=np.int64):
+        return torch.from_numpy(np.stack([r[name] for r in rows]).astype(dtype))
+
+    cls_positions = stack("cls_positions")
+    mlm_labels = stack("mlm_labels")
+    batch = {
+        "input_ids": stack("input_ids"),
+        "token_type_ids": stack("token_type_ids"),
+        "seq_ids": stack("seq_ids"),
+        "mlm_positions": stack("mlm_positions"),
+        "mlm_labels": mlm_labels.masked_fill_(mlm_labels < 0, -100),
+        "sequences": (cls_positions >= 0).sum(),
+    }
+    if nsp:
+        labels = stack("nsp_labels")
+        batch["cls_positions"] = cls_positions.clamp_(min=0)
+        batch["nsp_labels"] = labels.masked_fill_(labels < 0, -100)
+    return batch
+
+
+class SyntheticBatches(torch.utils.data.Dataset):
+    """Random full-length single-sequence samples of fixed shapes (benchmarks, smoke tests); no
+    seq_ids, so attention runs without a mask (the flash kernels)."""
+
+    def __init__(self, batch_size: int, spec: SampleSpec, vocab_size: int, seed: int = 0):
+        self.batch_size, self.spec, self.vocab_size, self.seed = batch_size, spec, vocab_size, seed
+
+    def __len__(self) -> int:
+        return 1 << 40
+
+    def __getitem__(self, step: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+        b, t, p = self.batch_size, self.spec.max_seq, self.spec.max_predictions
+        positions = torch.stack([torch.randperm(t - 2, generator=g)[:p] + 1 for _ in range(b)]).sort(1).values
+        return {
+            "input_ids": torch.randint(5, self.vocab_size, (b, t), generator=g),
+            "token_type_ids": torch.zeros(b, t, dtype=torch.long),
+            "mlm_positions": positions,
+            "mlm_labels": torch.randint(5, self.vocab_size, (b, p), generator=g),
+            "sequences": torch.tensor(b),
+        }
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bert.data", description="BERT pretraining data preparation."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    wiki = sub.add_parser(
+        "wikipedia", help="download (resumable) and extract an English Wikipedia dump to text"
+    )
+    wiki.add_argument("--out", required=True, help="directory for the dump and the extracted text")
+    wiki.add_argument("--url", default=None, help="dump URL (default: the latest enwiki pages-articles)")
+    wiki.add_argument(
+        "--dump", default=None, help="use this local dump (.xml or .xml.bz2) instead of downloading"
+    )
+    wiki.add_argument("--docs-per-file", type=int, default=10000)
+
+    vocab = sub.add_parser("vocab", help="fetch the bert-large-uncased vocab.txt, or train one on text")
+    vocab.add_argument("--out", required=True, help="directory for vocab.txt")
+    vocab.add_argument("--train", nargs="*", default=None, help="train a WordPiece vocab on these files/dirs")
+    vocab.add_argument("--vocab-size", type=int, default=30522)
+
+    squad = sub.add_parser("squad", help="download SQuAD v1.1 train-v1.1.json and dev-v1.1.json")
+    squad.add_argument("--out", required=True)
+
+    prep = sub.add_parser("prepare", help="text -> sharded, packed, (statically) masked samples")
+    prep.add_argument("--input", nargs="+", required=True, help="text files or directories")
+    prep.add_argument("--vocab", required=True, help="vocab.txt")
+    prep.add_argument("--out", required=True, help="output directory (shards + metadata.json)")
+    prep.add_argument("--max-seq", type=int, default=128, help="128 for phase 1, 512 for phase 2")
+    prep.add_argument("--max-predictions", type=int, default=None, help="default: 20 at 128, 80 at 512")
+    prep.add_argument("--no-packing", dest="packing", action="store_false", help="one sequence per sample")
+    prep.add_argument("--nsp", action="store_true", help="A/B pairs with next-sentence labels")
+    prep.add_argument("--masking", choices=["dynamic", "static"], default="dynamic")
+    prep.add_argument("--short-seq-prob", type=float, default=None, help="default: 0.1 unpacked, 0 packed")
+    prep.add_argument("--max-sequences", type=int, default=0, help="per packed sample (default max_seq/16)")
+    prep.add_argument(
+        "--dupe-factor", type=int, default=1, help="passes over the text (static masking: 5-10)"
+    )
+    prep.add_argument("--shard-size", type=int, default=65536, help="samples per shard")
+    prep.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    prep.add_argument("--seed", type=int, default=12345)
+    args = parser.parse_args(argv)
+
+    if args.command == "wikipedia":
+        _wikipedia(args)
+    elif args.command == "vocab":
+        _vocab(args)
+    elif args.command == "squad":
+        _squad(args)
+    else:
+        max_predictions = args.max_predictions or {128: 20, 512: 80}.get(
+            args.max_seq, math.ceil(args.max_seq * 0.15)
+        )
+        short = args.short_seq_prob if args.short_seq_prob is not None else (0.0 if args.packing else 0.1)
+        spec = SampleSpec(
+            max_seq=args.max_seq,
+            max_predictions=max_predictions,
+            packing=args.packing,
+            nsp=args.nsp,
+            masking=args.masking,
+            short_seq_prob=short,
+            max_sequences=args.max_sequences,
+        )
+        meta = prepare(
+            args.input, args.vocab, args.out, spec, dupe_factor=args.dupe_factor, shard_size=args.shard_size,
+            workers=args.workers, seed=args.seed,
+        )  # fmt: skip
+        print(
+            f"{meta['samples']} samples holding {meta['sequences']} sequences "
+            f"({meta['sequences'] / meta['samples']:.2f} per sample, "
+            f"{meta['tokens'] / (meta['samples'] * spec.max_seq):.1%} of tokens real) in {len(meta['shards'])} shards "
+            f"-> {args.out}"
+        )
+
+
+def _wikipedia(args) -> None:
+    from bert.text import WIKIPEDIA_URL, extract_wikipedia
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.dump:
+        dump = Path(args.dump)
+        if not dump.is_file():
+            raise SystemExit(f"Wikipedia dump {dump} does not exist")
+    else:
+        from zoo.checkpoints import CheckpointError, download
+
+        url = args.url or WIKIPEDIA_URL
+        try:
+            dump = download(url, dest=out / Path(url).name, progress=True)
+        except CheckpointError as e:
+            raise SystemExit(str(e)) from None
+    files = extract_wikipedia(dump, out / "text", docs_per_file=args.docs_per_file)
+    print(f"{len(files)} text files in {out / 'text'}")
+
+
+def _squad(args) -> None:
+    from zoo.checkpoints import CheckpointError, download
+
+    from bert.squad import SQUAD_URLS
+
+    for name, url in SQUAD_URLS.items():
+        try:
+            print(download(url, dest=Path(args.out) / name, progress=True))
+        except CheckpointError as e:
+            raise SystemExit(str(e)) from None
+
+
+def _vocab(args) -> None:
+    from bert.tokenization import UNCASED_VOCAB_SIZE, UNCASED_VOCAB_URL, load_tokenizer, train_vocab
+
+    out = Path(args.out)
+    if args.train:
+        path = train_vocab(args.train, out, vocab_size=args.vocab_size)
+    else:
+        from zoo.checkpoints import CheckpointError, download
+
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            path = download(UNCASED_VOCAB_URL, dest=out / "vocab.txt", progress=True)
+        except CheckpointError as e:
+            raise SystemExit(str(e)) from None
+        size = load_tokenizer(path).get_vocab_size()
+        if size != UNCASED_VOCAB_SIZE:
+            raise SystemExit(f"{path} has {size} tokens, expected {UNCASED_VOCAB_SIZE}")
+    print(f"vocabulary: {path} ({load_tokenizer(path).get_vocab_size()} tokens)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Answer questions through Triton: tokenise and window on the client, run the model on the server,
+decode the best span on the client.
+
+Without --url a local tritonserver (zoo.triton) serves the chosen model of the repository; with
+--url an already running server (e.g. the Triton container serving the whole repository) is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bert.squad import Example, best_spans, make_features, read_squad
+from bert.tokenization import load_tokenizer
+
+
+def answer_through_triton(
+    url, model, examples, tokenizer, *, protocol="http", max_seq=384, doc_stride=128, batch=8
+):
+    """({question id: answer}, per-request latencies in ms)."""
+    from zoo.triton import infer
+
+    features = make_features(examples, tokenizer, max_seq=max_seq, doc_stride=doc_stride)
+    starts, ends, latencies = [], [], []
+    for first in range(0, len(features), batch):
+        sl = slice(first, first + batch)
+        length = int(features.attention_mask[sl].sum(1).max())  # dynamic sequence axis: send no padding tail
+        inputs = {
+            k: getattr(features, k)[sl, :length] for k in ("input_ids", "token_type_ids", "attention_mask")
+        }
+        began = time.perf_counter()
+        out = infer(url, model, inputs, ["start_logits", "end_logits"], protocol=protocol)
+        latencies.append((time.perf_counter() - began) * 1000)
+        pad = ((0, 0), (0, max_seq - length))
+        starts.append(np.pad(out["start_logits"], pad, constant_values=-1e4))
+        ends.append(np.pad(out["end_logits"], pad, constant_values=-1e4))
+    return best_spans(examples, features, np.concatenate(starts), np.concatenate(ends)), latencies
+
+
+def single_model_repository(repo: Path, model: str, into: Path) -> Path:
+    """A repository holding only `model` (the local server has no onnxruntime backend)."""
+    if not (repo / model / "config.pbtxt").is_file():
+        raise SystemExit(f"{repo} has no model {model} (run scripts/export_triton.sh)")
+    shutil.copytree(repo / model, into / model, symlinks=True)
+    return into
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bert.deploy", description=__doc__.splitlines()[0])
+    p.add_argument("--model-repository", default="results/triton_repository")
+    p.add_argument("--model", default="bert_squad_python", help="bert_squad_python or bert_squad_onnx")
+    p.add_argument("--vocab", help="vocab.txt (default: the repository's copy)")
+    p.add_argument("--url", help="host:port of a running server (default: start a local one)")
+    p.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    p.add_argument("--question", help="a question about --context")
+    p.add_argument("--context", help="the paragraph that holds the answer")
+    p.add_argument("--squad-file", help="answer the questions of a SQuAD JSON file instead")
+    p.add_argument("--limit", type=int, default=16, help="questions of --squad-file to answer")
+    p.add_argument("--max-seq", type=int, default=384)
+    p.add_argument("--doc-stride", type=int, default=128)
+    args = p.parse_args(argv)
+    repo = Path(args.model_repository)
+    vocab = Path(args.vocab) if args.vocab else repo / "vocab.txt"
+    tokenizer = load_tokenizer(vocab)
+    if args.squad_file:
+        examples = read_squad(args.squad_file)[0][: args.limit]
+    elif args.question and args.context:
+        examples = [Example("question", args.question, args.context)]
+    else:
+        raise SystemExit("give --question and --context, or --squad-file")
+    window = dict(protocol=args.protocol, max_seq=args.max_seq, doc_stride=args.doc_stride)
+
+    if args.url:
+        answers, latencies = answer_through_triton(args.url, args.model, examples, tokenizer, **window)
+    else:
+        from zoo.triton import TritonServer
+
+        with tempfile.TemporaryDirectory() as tmp:
+            served = single_model_repository(repo, args.model, Path(tmp))
+            try:
+                with TritonServer(served) as server:
+                    url = server.http_url if args.protocol == "http" else server.grpc_url
+                    answers, latencies = answer_through_triton(url, args.model, examples, tokenizer, **window)
+            except RuntimeError as e:
+                raise SystemExit(str(e).splitlines()[0]) from None
+    for example in examples:
+        print(json.dumps({"id": example.qid, "question": example.question, "answer": answers[example.qid]}))
+    print(
+        f"{len(latencies)} requests, latency p50 {np.percentile(latencies, 50):.1f} ms, p99 {np.percentile(latencies, 99):.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""LAMB (You et al., "Large Batch Optimization for Deep Learning", 2019) and its LR schedule.
+
+Per parameter tensor p with gradient g (after optional clipping of the global gradient norm):
+    m = b1 m + (1 - b1) g,  v = b2 v + (1 - b2) g^2,  m^ = m / (1 - b1^t),  v^ = v / (1 - b2^t)
+    u = m^ / (sqrt(v^) + eps) + wd p
+    r = ||p|| / ||u||  (1 where either norm is 0, or for groups with adapt=False)
+    p = p - lr r u
+Biases and LayerNorm weights go in a group with wd=0 and adapt=False (the original recipe). The
+update runs on whole parameter lists with `torch._foreach_*` ops (a handful of kernels per step).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Lamb(torch.optim.Optimizer):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        max_grad_norm: float | None = 1.0,
+        adapt: bool = True,
+        implementation: str = "foreach",
+    ):
+        """implementation: "foreach" (multi-tensor ops, ~30 passes over the state), "fused_adam"
+        (PyTorch's fused Adam kernel computes the Adam direction into a scratch buffer in one pass,
+        then weight decay, trust ratio and the update: about half the memory traffic),
+        "per_tensor" (one plain function per chunk of tensors) or "compiled" (that function
+        through torch.compile)."""
+        if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"bad LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
+        if implementation not in ("foreach", "per_tensor", "compiled", "fused_adam"):
+            raise ValueError(f"unknown LAMB implementation {implementation!r}")
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt=adapt)
+        super().__init__(params, defaults)
+        self.max_grad_norm = max_grad_norm
+        self.implementation = implementation
+        self._scratch: dict[torch.Tensor, torch.Tensor] = {}
+        self._update = _update_tensors
+        if implementation == "compiled":
+            import torch._dynamo
+
+            # one compiled graph per distinct chunk of shapes (a transformer repeats a few)
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+            self._update = torch.compile(_update_tensors, dynamic=False)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        grads_all = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if not grads_all:
+            return loss
+        clip = None
+        if self.max_grad_norm:
+            # global norm over every gradient; the division stays on the device (no host sync)
+            total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads_all, 2.0)), 2.0)
+            clip = torch.clamp(total / self.max_grad_norm, min=1.0)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            grads = [p.grad for p in params]
+            if clip is not None and self.implementation in ("foreach", "fused_adam"):
+                torch._foreach_div_(grads, clip)  # in place: no second copy of every gradient
+            for p in params:
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            steps = [self.state[p]["step"] for p in params]
+            m = [self.state[p]["exp_avg"] for p in params]
+            v = [self.state[p]["exp_avg_sq"] for p in params]
+            beta1, beta2 = group["betas"]
+            torch._foreach_add_(steps, 1.0)
+            if self.implementation == "fused_adam":
+                self._step_fused_adam(group, params, grads, m, v, steps)
+                continue
+            if self.implementation != "foreach":
+                self._step_per_tensor(group, params, grads, m, v, steps[0], clip)
+                continue
+            t = steps[0]
+            torch._foreach_lerp_(m, grads, 1 - beta1)
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+            bias1 = 1 - beta1**t
+            bias2_sqrt = torch.sqrt(1 - beta2**t)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_div_(denom, bias2_sqrt)
+            torch._foreach_add_(denom, group["eps"])
+            update = torch._foreach_div(m, denom)
+            torch._foreach_div_(update, bias1)
+            if group["weight_decay"]:
+                torch._foreach_add_(update, params, alpha=group["weight_decay"])
+            if group["adapt"]:
+                # all trust ratios in one vector: a few kernels, not a few per parameter tensor
+                w_norm = torch.stack(torch._foreach_norm(params, 2.0))
+                u_norm = torch.stack(torch._foreach_norm(update, 2.0))
+                ratios = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+                torch._foreach_mul_(update, list(ratios.unbind(0)))
+            torch._foreach_add_(params, update, alpha=-group["lr"])
+        return loss
+
+    def _step_fused_adam(self, group, params, grads, m, v, steps) -> None:
+        beta1, beta2 = group["betas"]
+        # scratch buffers kept out of `state`, so checkpoints do not carry them
+        update = [self._scratch.setdefault(p, torch.zeros_like(p)) for p in params]
+        torch._foreach_zero_(update)
+        # lr=-1 on a zero buffer: update = m^ / (sqrt(v^) + eps), moments advanced in place
+        torch._fused_adam_(
+            update, grads, m, v, [], steps, lr=-1.0, beta1=beta1, beta2=beta2, weight_decay=0.0,
+            eps=group["eps"], amsgrad=False, maximize=False,
+        )  # fmt: skip
+        if group["weight_decay"]:
+            torch._foreach_add_(update, params, alpha=group["weight_decay"])
+        if group["adapt"]:
+            w_norm = torch.stack(torch._foreach_norm(params, 2.0))
+            u_norm = torch.stack(torch._foreach_norm(update, 2.0))
+            ratios = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+            torch._foreach_mul_(update, list(ratios.unbind(0)))
+        torch._foreach_add_(params, update, alpha=-group["lr"])
+
+    def _step_per_tensor(self, group, params, grads, m, v, step, clip) -> None:
+        beta1, beta2 = group["betas"]
+        device = params[0].device
+        # per-step values as device tensors: a compiled function is not re-specialised for each lr
+        lr = torch.full((), group["lr"], dtype=torch.float32, device=device)
+        bias1 = 1 - beta1**step
+        bias2 = 1 - beta2**step
+        if clip is None:
+            clip = torch.ones((), dtype=torch.float32, device=device)
+        for start in range(0, len(params), _CHUNK):
+            end = start + _CHUNK
+            self._update(
+                params[start:end], grads[start:end], m[start:end], v[start:end], clip, lr, bias1, bias2,
+                beta1, beta2, group["eps"], group["weight_decay"], group["adapt"],
+            )  # fmt: skip
+
+
+_CHUNK = 16  # tensors per update call: small enough to compile quickly, large enough to amortise calls
+
+
+def _update_tensors(params, grads, ms, vs, clip, lr, bias1, bias2, beta1, beta2, eps, weight_decay, adapt):
+    """The LAMB update of a list of tensors, written per tensor (module docstring)."""
+    for p, g, m, v in zip(params, grads, ms, vs, strict=True):
+        g = g / clip
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        update = (m / bias1) / ((v / bias2).sqrt() + eps)
+        if weight_decay:
+            update = update + weight_decay * p
+        if adapt:
+            w_norm, u_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(update)
+            ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+            update = update * ratio
+        p.sub_(lr * update)
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight matrices/embeddings: decayed and layer-adapted; biases and LayerNorm: neither."""
+    decay, plain = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (plain if p.ndim < 2 or name.endswith("bias") else decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay, "adapt": True},
+        {"params": plain, "weight_decay": 0.0, "adapt": False},
+    ]
+
+
+def warmup_poly_schedule(optimizer, *, total_steps: int, warmup: float, power: float = 0.5):
+    """Linear warm-up over `warmup` (a fraction of total_steps if < 1, else a step count), then
+    polynomial decay (1 - progress)^power to 0."""
+    warmup_steps = warmup * total_steps if warmup < 1 else warmup
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1.0, total_steps - warmup_steps)
+        return max(0.0, 1.0 - progress) ** power
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

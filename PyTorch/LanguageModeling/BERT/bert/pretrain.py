@@ -1,0 +1,352 @@
+"""BERT pretraining (phase 1 at 128 tokens, phase 2 at 512): LAMB, gradient accumulation, bf16/fp16,
+torchrun / SLURM / MPI multi-process, exact resume.
+
+Launch with scripts/train.sh (it wraps torchrun). The recipe YAML gives the hyper-parameters;
+flags override it. Data position is a function of the step (see bert.data.PretrainingBatches)
+and dropout is re-seeded from (seed, step, rank), so a run resumed from checkpoint.pt continues
+exactly as the unbroken run would have.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from zoo.checkpoints import CheckpointError, atomic_write
+from zoo.dist import get_dist_env
+from zoo.log import MetricsLogger
+from zoo.recipe import load_recipe, parse_overrides
+
+from bert import convert
+from bert.data import PretrainingBatches, PretrainingData, SampleSpec, SyntheticBatches
+from bert.lamb import Lamb, parameter_groups, warmup_poly_schedule
+from bert.model import BertForPreTraining, bert_config, parameter_count, pretraining_loss
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+# flag -> recipe key; a flag left unset keeps the recipe's value
+FLAG_KEYS = {
+    "model": "model",
+    "steps": "steps",
+    "batch_size": "batch_size",
+    "accumulation": "accumulation",
+    "lr": "optimizer.lr",
+    "warmup": "schedule.warmup",
+    "amp": "amp",
+    "seed": "seed",
+    "checkpoint_every": "checkpoint_every",
+    "log_every": "log_every",
+    "loader_workers": "loader_workers",
+    "max_seq": "max_seq",
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bert.pretrain",
+        description="BERT pretraining with LAMB; run under torchrun for several GPUs or nodes.",
+    )
+    p.add_argument("--recipe", default=str(CONFIG_DIR / "pretrain_phase1_8gpu.yaml"), help="recipe YAML")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--data-dir", help="prepared samples (python -m bert.data prepare)")
+    data.add_argument("--synthetic", action="store_true", help="random full-length samples (speed only)")
+    p.add_argument("--results-dir", default="results/pretrain", help="checkpoint.pt, model.pt, metrics.jsonl")
+    p.add_argument("--init-checkpoint", help="start from these weights (phase 1 -> 2 hand-off, HF, Google)")
+    p.add_argument(
+        "--no-resume", dest="resume", action="store_false", help="ignore results-dir/checkpoint.pt"
+    )
+    p.add_argument("--model", help="bert-large, bert-base or bert-tiny")
+    p.add_argument("--steps", type=int, help="optimizer steps of the whole phase")
+    p.add_argument("--batch-size", type=int, help="samples per process per micro-step")
+    p.add_argument("--accumulation", type=int, help="micro-steps per optimizer step")
+    p.add_argument("--lr", type=float)
+    p.add_argument("--warmup", type=float, help="warm-up: fraction of steps (<1) or a step count")
+    p.add_argument("--amp", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--max-seq", type=int, help="synthetic data only (prepared data fixes it)")
+    p.add_argument("--vocab-size", type=int, default=30522, help="synthetic data only")
+    p.add_argument("--checkpoint-every", type=int, help="optimizer steps between checkpoints")
+    p.add_argument("--log-every", type=int)
+    p.add_argument("--loader-workers", type=int)
+    p.add_argument("--target-mlm-loss", type=float, help="stop once the logged MLM loss is at or below this")
+    p.add_argument("--stop-after", type=int, help="leave after this many steps of this run (resume later)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any recipe key")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    return p.parse_args(argv)
+
+
+def build_recipe(args) -> dict:
+    overrides = parse_overrides(args.set)
+    for flag, key in FLAG_KEYS.items():
+        if getattr(args, flag) is not None:
+            overrides[key] = getattr(args, flag)
+    if args.compile is not None:
+        overrides["compile"] = args.compile
+    return load_recipe(args.recipe, overrides)
+
+
+def init_distributed(device_kind: str):
+    env = get_dist_env()
+    if env.world_size > 1 and not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", env.master_addr)
+        os.environ.setdefault("MASTER_PORT", str(env.master_port))
+        backend = "nccl" if device_kind == "cuda" else "gloo"
+        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size)
+    if device_kind == "cuda":
+        torch.cuda.set_device(env.local_rank)
+        return env, torch.device("cuda", env.local_rank)
+    return env, torch.device("cpu")
+
+
+def build_batches(args, recipe: dict, env):
+    """(dataset of micro-batches indexed by micro-step, SampleSpec, vocab size)."""
+    if args.synthetic or not args.data_dir:
+        if not args.synthetic:
+            raise SystemExit("give --data-dir (prepared samples) or --synthetic")
+        spec = SampleSpec(
+            max_seq=recipe["max_seq"], max_predictions=recipe.get("max_predictions", 20), packing=False
+        )
+        return (
+            SyntheticBatches(recipe["batch_size"], spec, args.vocab_size, seed=recipe["seed"] + env.rank),
+            spec,
+            args.vocab_size,
+        )
+    data = PretrainingData(args.data_dir, seed=recipe["seed"])
+    if data.spec.max_seq != recipe["max_seq"]:
+        raise SystemExit(
+            f"recipe max_seq {recipe['max_seq']} but {args.data_dir} holds {data.spec.max_seq}-token samples"
+        )
+    batches = PretrainingBatches(data, recipe["batch_size"], rank=env.rank, world_size=env.world_size)
+    return batches, data.spec, data.specials.vocab_size
+
+
+def build_model(recipe: dict, vocab_size: int, nsp: bool, init_checkpoint: str | None) -> BertForPreTraining:
+    torch.manual_seed(recipe["seed"])
+    model = BertForPreTraining(bert_config(recipe["model"], vocab_size=vocab_size))
+    if init_checkpoint:
+        try:
+            convert.load_into(model, init_checkpoint)
+        except CheckpointError as e:
+            raise SystemExit(f"--init-checkpoint: {e}") from None
+    if not nsp:  # no next-sentence labels: keep the pooler/NSP weights as they are, out of the optimizer
+        model.bert.pooler.requires_grad_(False)
+        model.nsp.requires_grad_(False)
+    return model
+
+
+def save_checkpoint(path: Path, model, optimizer, schedule, scaler, step: int, recipe: dict) -> None:
+    state = {
+        "model": model.state_dict(),
+        "config": dataclasses.asdict(model.config),
+        "optimizer": optimizer.state_dict(),
+        "schedule": schedule.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "step": step,
+        "recipe": recipe,
+    }
+    with atomic_write(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_checkpoint(path: Path, model, optimizer, schedule, scaler) -> int:
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        if scaler is not None and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        return int(state["step"])
+    except Exception as e:
+        raise SystemExit(f"cannot resume from {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+
+
+def micro_batches(dataset, start: int, count: int, workers: int, pin: bool):
+    """Micro-batches number start .. start+count-1, loaded in worker processes."""
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=None,
+        sampler=range(start, start + count),
+        num_workers=workers,
+        pin_memory=pin,
+        prefetch_factor=4 if workers else None,
+        persistent_workers=False,
+    )
+    return iter(loader)
+
+
+def forward_loss(model, batch: dict, amp_dtype, device_type: str, nsp: bool):
+    with torch.autocast(device_type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+        mlm_logits, nsp_logits = model(
+            batch["input_ids"],
+            batch["token_type_ids"],
+            seq_ids=batch.get("seq_ids"),
+            mlm_positions=batch["mlm_positions"],
+            cls_positions=batch.get("cls_positions"),
+            next_sentence=nsp,
+        )
+    return pretraining_loss(mlm_logits, batch["mlm_labels"], nsp_logits, batch.get("nsp_labels"))
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    recipe = build_recipe(args)
+    device_kind = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    env, device = init_distributed(device_kind)
+    results = Path(args.results_dir)
+    batches, spec, vocab_size = build_batches(args, recipe, env)
+    model = build_model(recipe, vocab_size, spec.nsp, args.init_checkpoint).to(device)
+
+    opt_cfg = recipe["optimizer"]
+    optimizer = Lamb(
+        parameter_groups(model, opt_cfg["weight_decay"]),
+        lr=opt_cfg["lr"],
+        betas=tuple(opt_cfg.get("betas", (0.9, 0.999))),
+        eps=opt_cfg.get("eps", 1e-6),
+        max_grad_norm=opt_cfg.get("max_grad_norm", 1.0),
+        implementation=opt_cfg.get("implementation", "foreach"),
+    )
+    total_steps = recipe["steps"]
+    schedule = warmup_poly_schedule(
+        optimizer,
+        total_steps=total_steps,
+        warmup=recipe["schedule"]["warmup"],
+        power=recipe["schedule"]["decay_power"],
+    )
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[recipe["amp"]]
+    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+
+    step = 0
+    checkpoint_path = results / "checkpoint.pt"
+    if args.resume and checkpoint_path.is_file():
+        step = load_checkpoint(checkpoint_path, model, optimizer, schedule, scaler)
+
+    train_model = model
+    if env.world_size > 1:
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
+        )
+    if recipe.get("compile"):
+        train_model = torch.compile(train_model)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    accumulation = recipe["accumulation"]
+    steps_this_run = total_steps - step
+    if args.stop_after is not None:
+        steps_this_run = min(steps_this_run, args.stop_after)
+    log = MetricsLogger(
+        str(results / "metrics.jsonl"), enabled=env.is_primary, total_steps=total_steps, desc="pretrain"
+    )
+    log.event(
+        "run_start",
+        metadata={"step": step, "parameters": parameter_count(model), "world_size": env.world_size},
+    )
+    if env.is_primary:
+        global_batch = recipe["batch_size"] * accumulation * env.world_size
+        print(
+            f"{recipe['model']} ({parameter_count(model) / 1e6:.1f}M parameters), seq {spec.max_seq}, "
+            f"global batch {global_batch} = {recipe['batch_size']} x {accumulation} accumulation x {env.world_size} "
+            f"processes, {recipe['amp']}, steps {step}..{total_steps} on {device}",
+            flush=True,
+        )
+    loader = micro_batches(
+        batches,
+        step * accumulation,
+        steps_this_run * accumulation,
+        recipe.get("loader_workers", 2),
+        device.type == "cuda",
+    )
+    model.train()
+    log_every = recipe.get("log_every", 10)
+    window_start, window_sequences, window_steps = time.perf_counter(), 0, 0
+    loss_sum = torch.zeros((), device=device)
+    mlm_sum = torch.zeros((), device=device)
+    for _ in range(steps_this_run):
+        torch.manual_seed(recipe["seed"] * 1_000_003 + step * 1009 + env.rank)  # dropout: exact on resume
+        step_sequences = 0
+        for micro in range(accumulation):
+            batch = {k: v.to(device, non_blocking=True) for k, v in next(loader).items()}
+            step_sequences += int(batch.pop("sequences"))
+            sync = micro == accumulation - 1 or env.world_size == 1
+            context = (
+                train_model.no_sync()
+                if not sync and hasattr(train_model, "no_sync")
+                else contextlib.nullcontext()
+            )
+            with context:
+                loss, mlm = forward_loss(train_model, batch, amp_dtype, device.type, spec.nsp)
+                scaled = loss / accumulation
+                (scaler.scale(scaled) if scaler else scaled).backward()
+            loss_sum += loss.detach() / accumulation
+            mlm_sum += mlm / accumulation
+        if scaler:
+            scaler.unscale_(optimizer)
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        schedule.step()
+        step += 1
+        window_steps += 1
+        window_sequences += step_sequences * env.world_size
+        log.progress(step, step_sequences * env.world_size)
+
+        last = step == total_steps
+        if step % log_every == 0 or last:
+            if env.world_size > 1:
+                for value in (loss_sum, mlm_sum):
+                    dist.all_reduce(value)
+                    value /= env.world_size
+            n = window_steps
+            elapsed = time.perf_counter() - window_start
+            metrics = {
+                "loss": loss_sum.item() / n,
+                "mlm_loss": mlm_sum.item() / n,
+                "lr": schedule.get_last_lr()[0],
+                "sequences_per_s": window_sequences / elapsed,
+            }
+            log.log(step, metrics, units={"sequences_per_s": " seq/s"})
+            loss_sum.zero_()
+            mlm_sum.zero_()
+            window_start, window_sequences, window_steps = time.perf_counter(), 0, 0
+            if args.target_mlm_loss is not None and metrics["mlm_loss"] <= args.target_mlm_loss:
+                log.event("target_reached", metrics["mlm_loss"], metadata={"step": step})
+                last = True
+        if env.is_primary and step % recipe["checkpoint_every"] == 0 and not last:
+            save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
+        if last:
+            break
+    if env.is_primary:
+        save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
+        with atomic_write(results / "model.pt") as tmp:
+            torch.save({"model": model.state_dict(), "config": dataclasses.asdict(model.config)}, tmp)
+        print(f"step {step}: checkpoint {checkpoint_path}, weights {results / 'model.pt'}", flush=True)
+    log.close()
+    if dist.is_initialized():
+        check_replicas_agree(model, env)
+        dist.destroy_process_group()
+
+
+def check_replicas_agree(model, env) -> None:
+    """Every rank must end with the same weights; a cheap checksum per rank, compared on all."""
+    checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
+    gathered = [torch.zeros_like(checksum) for _ in range(env.world_size)]
+    dist.all_gather(gathered, checksum)
+    values = [g.item() for g in gathered]
+    if len(set(values)) != 1:
+        raise SystemExit(f"weights differ across ranks: checksums {values}")
+    if env.is_primary:
+        print(f"weights identical on all {env.world_size} ranks (checksum {values[0]:.10g})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

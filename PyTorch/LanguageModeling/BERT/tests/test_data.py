@@ -1,0 +1,189 @@
+"""Data: sentence split, Wikipedia extraction and download, packing, masking, shards, loader."""
+
+import bz2
+import functools
+import http.server
+import threading
+
+import numpy as np
+import pytest
+import torch
+from bert import data as bert_data
+from bert.data import (
+    PretrainingBatches,
+    PretrainingData,
+    SampleSpec,
+    Specials,
+    mask_tokens,
+    pack_best_fit,
+    prepare,
+)
+from bert.model import packed_position_ids
+from bert.text import clean_wikitext, iter_wikipedia_articles, read_documents, split_sentences
+from bert.tokenization import load_tokenizer
+
+
+def test_sentence_split_keeps_abbreviations_and_initials():
+    text = "Dr. Smith met J. R. Doe at 5 p.m. on Main St. today. It rained! Did it? Yes.\nIt did."
+    assert split_sentences(text) == [
+        "Dr. Smith met J. R. Doe at 5 p.m. on Main St. today.",
+        "It rained!",
+        "Did it?",
+        "Yes.",
+        "It did.",
+    ]
+
+
+def test_documents_from_wrapped_prose(english_text):
+    docs = list(read_documents([english_text / "Apache-2.0"]))
+    assert len(docs) > 20
+    assert any(len(d) > 3 for d in docs)
+    assert all(s and "\n" not in s for d in docs for s in d)
+
+
+WIKI_XML = """<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
+<page><title>Aardvark</title><ns>0</ns><revision><text xml:space="preserve">{{Infobox animal|name=x}}
+The '''aardvark''' is a [[mammal|medium-sized]] burrowing animal.&lt;ref&gt;Book, p. 3.&lt;/ref&gt; It is native to [[Africa]].
+
+== Habitat ==
+* a list item that is dropped
+It lives in [[savanna]]s and grasslands of the region today.
+</text></revision></page>
+<page><title>Ardvark</title><ns>0</ns><redirect title="Aardvark"/><revision><text>#REDIRECT [[Aardvark]]</text></revision></page>
+<page><title>Talk:Aardvark</title><ns>1</ns><revision><text>Talk page text that is long enough here.</text></revision></page>
+</mediawiki>
+"""
+
+
+def test_wikipedia_markup_is_cleaned():
+    paragraphs = clean_wikitext("{{a|{{b}}}}Text [[x|shown]] and [[y]] ''it'' <ref>r</ref>here.\n\n== H ==")
+    assert paragraphs == ["Text shown and y it here."]
+
+
+def serve(directory):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_wikipedia_dump_downloads_and_extracts(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "enwiki-test-pages-articles.xml.bz2").write_bytes(bz2.compress(WIKI_XML.encode()))
+    articles = list(iter_wikipedia_articles(site / "enwiki-test-pages-articles.xml.bz2"))
+    assert [title for title, _ in articles] == ["Aardvark"]
+    server = serve(site)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/enwiki-test-pages-articles.xml.bz2"
+        bert_data.main(["wikipedia", "--url", url, "--out", str(tmp_path / "wiki")])
+    finally:
+        server.shutdown()
+    text = (tmp_path / "wiki" / "text" / "wiki_00000.txt").read_text()
+    assert text.splitlines()[:2] == [
+        "The aardvark is a medium-sized burrowing animal.",
+        "It is native to Africa.",
+    ]
+    assert "lives in savannas" in text and "Infobox" not in text and "list item" not in text
+
+
+def test_best_fit_packing_places_every_item_once_within_capacity():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(5, 129, 500)
+    bins = pack_best_fit(lengths, 128, max_items=8)
+    placed = sorted(i for b in bins for i in b)
+    assert placed == list(range(500))
+    assert all(sum(lengths[i] for i in b) <= 128 and len(b) <= 8 for b in bins)
+    # no two items longer than half a bin share one: that and the total length bound the optimum
+    lower_bound = max(int(np.ceil(lengths.sum() / 128)), int((lengths > 64).sum()))
+    assert len(bins) <= lower_bound + 3
+
+
+def test_packed_shards_hold_several_whole_sequences(packed_data, tiny_vocab):
+    data = PretrainingData(packed_data)
+    meta = data.meta
+    assert meta["sequences"] / meta["samples"] > 1.3
+    assert meta["tokens"] / (meta["samples"] * 128) > 0.9
+    assert len(meta["shards"]) > 1
+    tok = load_tokenizer(tiny_vocab)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    with np.load(packed_data / meta["shards"][0]["file"]) as shard:
+        for ids, seq, cls in zip(
+            shard["input_ids"][:20], shard["seq_ids"][:20], shard["cls_positions"][:20], strict=True
+        ):
+            starts = [int(c) for c in cls if c >= 0]
+            assert all(ids[s] == cls_id and seq[s] == k + 1 for k, s in enumerate(starts))
+            for k in range(1, len(starts) + 1):
+                where = np.flatnonzero(seq == k)
+                assert (np.diff(where) == 1).all() and ids[where[-1]] == sep_id
+            positions = packed_position_ids(torch.from_numpy(seq.astype(np.int64))[None])[0]
+            assert all(positions[s] == 0 for s in starts)
+
+
+def test_masking_rates_and_targets():
+    spec = SampleSpec(max_seq=128, max_predictions=20)
+    specials = Specials(pad=0, cls=2, sep=3, mask=4, vocab_size=1000)
+    rng = np.random.default_rng(0)
+    ids = np.concatenate(
+        [[2], rng.integers(5, 1000, 60), [3], [2], rng.integers(5, 1000, 60), [3], [0, 0, 0, 0]]
+    )
+    seq = np.concatenate([np.ones(62), np.full(62, 2), np.zeros(4)]).astype(np.uint8)
+    kinds = {"mask": 0, "random": 0, "kept": 0}
+    for _ in range(300):
+        masked, positions, labels = mask_tokens(ids, seq, spec, specials, rng)
+        real = labels >= 0
+        assert real.sum() == 18  # 15% of 120 maskable tokens
+        assert not np.isin(ids[positions[real]], [0, 2, 3]).any()
+        assert (labels[real] == ids[positions[real]]).all()
+        assert (
+            masked[np.setdiff1d(np.arange(128), positions[real])]
+            == ids[np.setdiff1d(np.arange(128), positions[real])]
+        ).all()
+        after = masked[positions[real]]
+        kinds["mask"] += (after == 4).sum()
+        kinds["kept"] += (after == ids[positions[real]]).sum()
+        kinds["random"] += ((after != 4) & (after != ids[positions[real]])).sum()
+    total = sum(kinds.values())
+    assert 0.77 < kinds["mask"] / total < 0.83
+    assert 0.08 < kinds["kept"] / total < 0.12
+
+
+def test_loader_is_deterministic_split_across_ranks_and_remasks_per_epoch(packed_data):
+    data = PretrainingData(packed_data, seed=3)
+    whole = PretrainingBatches(data, 8)
+    halves = [PretrainingBatches(data, 4, rank=r, world_size=2) for r in (0, 1)]
+    a = whole[5]
+    b = [h[5] for h in halves]
+    torch.testing.assert_close(a["input_ids"], torch.cat([b[0]["input_ids"], b[1]["input_ids"]]))
+    torch.testing.assert_close(whole[5]["mlm_positions"], a["mlm_positions"])
+    assert a["mlm_labels"].shape == (8, 20) and a["sequences"] > 8
+    next_epoch = whole[5 + whole.steps_per_epoch]
+    assert not torch.equal(next_epoch["input_ids"], a["input_ids"])
+
+
+def test_unpacked_nsp_static_samples(tmp_path, english_text, tiny_vocab):
+    spec = SampleSpec(
+        max_seq=64, max_predictions=10, packing=False, nsp=True, masking="static", short_seq_prob=0.1
+    )
+    prepare([english_text], tiny_vocab, tmp_path, spec, dupe_factor=2)
+    data = PretrainingData(tmp_path)
+    batch = PretrainingBatches(data, 16)[0]
+    assert batch["nsp_labels"].shape == (16, 1) and set(batch["nsp_labels"].flatten().tolist()) <= {0, 1}
+    assert batch["cls_positions"].eq(0).all() and batch["sequences"] == 16
+    with np.load(tmp_path / data.meta["shards"][0]["file"]) as shard:
+        labels = shard["nsp_labels"][:, 0]
+        assert 0.2 < labels.mean() < 0.95  # both kinds present
+        types = shard["token_type_ids"][0][shard["seq_ids"][0] > 0]
+        assert types[0] == 0 and types[-1] == 1 and (np.diff(types.astype(int)) >= 0).all()
+    assert torch.equal(PretrainingBatches(data, 16)[0]["input_ids"], batch["input_ids"])
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, tiny_vocab):
+    with pytest.raises(SystemExit, match="no metadata.json"):
+        PretrainingData(tmp_path)
+    with pytest.raises(SystemExit, match="does not exist"):
+        prepare([tmp_path / "missing.txt"], tiny_vocab, tmp_path / "out", SampleSpec())
+    bad_vocab = tmp_path / "vocab.txt"
+    bad_vocab.write_text("a\nb\n")
+    with pytest.raises(SystemExit, match="special tokens"):
+        load_tokenizer(bad_vocab)

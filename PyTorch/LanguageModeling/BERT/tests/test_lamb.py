@@ -1,0 +1,98 @@
+"""LAMB against Adam (trust ratio off) and against a per-element reference of the paper's update."""
+
+import numpy as np
+import pytest
+import torch
+from bert.lamb import Lamb, parameter_groups, warmup_poly_schedule
+from torch import nn
+
+
+def tiny_problem(seed=0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
+    x, y = torch.randn(16, 6), torch.randn(16, 3)
+    return model, x, y
+
+
+def run(model, optimizer, x, y, steps=5):
+    for _ in range(steps):
+        optimizer.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+
+
+def test_lamb_without_trust_ratio_is_adam():
+    a, x, y = tiny_problem()
+    b, _, _ = tiny_problem()
+    run(a, Lamb(a.parameters(), lr=1e-2, weight_decay=0.0, max_grad_norm=None, adapt=False, eps=1e-6), x, y)
+    run(b, torch.optim.Adam(b.parameters(), lr=1e-2, eps=1e-6), x, y)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+
+
+def reference_lamb(params, grads_per_step, lr, b1, b2, eps, wd, max_norm):
+    """Numpy, one element at a time in spirit: the update as written in the paper + global clipping."""
+    w = [p.copy() for p in params]
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    for t, grads in enumerate(grads_per_step, start=1):
+        total = np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads))
+        clip = max(total / max_norm, 1.0)
+        for i, g in enumerate(grads):
+            g = g / clip
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            u = (m[i] / (1 - b1**t)) / (np.sqrt(v[i] / (1 - b2**t)) + eps) + wd * w[i]
+            wn, un = np.linalg.norm(w[i]), np.linalg.norm(u)
+            ratio = wn / un if wn > 0 and un > 0 else 1.0
+            w[i] = w[i] - lr * ratio * u
+    return w
+
+
+@pytest.mark.parametrize("implementation", ["foreach", "per_tensor", "fused_adam"])
+def test_lamb_matches_the_reference_update(implementation):
+    torch.manual_seed(3)
+    params = [nn.Parameter(torch.randn(4, 3)), nn.Parameter(torch.randn(5))]
+    grads_per_step = [[torch.randn_like(p) * 3 for p in params] for _ in range(4)]
+    expected = reference_lamb(
+        [p.detach().numpy() for p in params],
+        [[g.numpy() for g in grads] for grads in grads_per_step],
+        lr=0.05, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, max_norm=1.0,
+    )  # fmt: skip
+    optimizer = Lamb(params, lr=0.05, weight_decay=0.01, max_grad_norm=1.0, implementation=implementation)
+    for grads in grads_per_step:
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+    for p, e in zip(params, expected, strict=True):
+        np.testing.assert_allclose(p.detach().numpy(), e, rtol=1e-5, atol=1e-6)
+
+
+def test_parameter_groups_exclude_bias_and_layernorm():
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    decay, plain = parameter_groups(model, 0.01)
+    assert [p.shape for p in decay["params"]] == [torch.Size([4, 4])]
+    assert len(plain["params"]) == 3 and plain["weight_decay"] == 0 and not plain["adapt"]
+
+
+def test_warmup_then_poly_decay():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = warmup_poly_schedule(opt, total_steps=10, warmup=0.2, power=0.5)
+    lrs = []
+    for _ in range(10):
+        lrs.append(schedule.get_last_lr()[0])
+        opt.step()
+        schedule.step()
+    assert lrs[0] == 0.5 and lrs[1] == 1.0
+    assert all(a > b for a, b in zip(lrs[2:], lrs[3:], strict=False)) and lrs[-1] > 0
+    np.testing.assert_allclose(lrs[6], (1 - 4 / 8) ** 0.5)
+
+
+@pytest.mark.parametrize("implementation", ["per_tensor", "compiled", "fused_adam"])
+def test_other_lamb_implementations_equal_foreach_lamb(implementation):
+    a, x, y = tiny_problem(1)
+    b, _, _ = tiny_problem(1)
+    run(a, Lamb(parameter_groups(a, 0.01), lr=1e-2), x, y, steps=3)
+    run(b, Lamb(parameter_groups(b, 0.01), lr=1e-2, implementation=implementation), x, y, steps=3)
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)

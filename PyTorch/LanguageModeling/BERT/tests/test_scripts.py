@@ -1,0 +1,84 @@
+"""The user-facing scripts, run as a user runs them (bash, venv python first on PATH)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
+
+
+def sh(script, *args, timeout=300):
+    env = dict(
+        os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="2"
+    )
+    env.pop("PYTHONPATH", None)
+    return subprocess.run(
+        ["bash", str(MODEL_DIR / "scripts" / script), *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_data_prepare_and_train_through_the_scripts(tmp_path, english_text, tiny_vocab):
+    proc = sh(
+        "download_data.sh",
+        "prepare",
+        "--input",
+        english_text,
+        "--vocab",
+        tiny_vocab,
+        "--out",
+        tmp_path / "d",
+        "--max-seq",
+        64,
+        "--workers",
+        1,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "samples holding" in proc.stdout
+    proc = sh(
+        "train.sh", "--gpus", 1, "--recipe", MODEL_DIR / "configs" / "pretrain_tiny_cpu.yaml", "--data-dir", tmp_path / "d",
+        "--results-dir", tmp_path / "r", "--max-seq", 64, "--steps", 3, "--log-every", 1, "--device", "cpu",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "r" / "model.pt").is_file()
+
+
+def test_benchmark_tiny_runs_on_cpu(tmp_path):
+    proc = sh("benchmark.sh", "--tiny", "--device", "cpu", "--output", tmp_path / "bench.json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ours / transformers:" in proc.stdout
+    report = json.loads((tmp_path / "bench.json").read_text())
+    assert [r["model"] for r in report["results"]] == ["ours", "hf"]
+    assert all(r["sequences_per_s"] > 0 for r in report["results"])
+    # same initial weights and data: both compute the same loss
+    losses = [r["first_loss"] for r in report["results"]]
+    assert abs(losses[0] - losses[1]) < 0.05
+
+
+def test_evaluate_scores_a_predictions_file(tmp_path):
+    data = {
+        "data": [{"paragraphs": [{"context": "c", "qas": [{"id": "1", "answers": [{"text": "Paris"}]}]}]}]
+    }
+    (tmp_path / "dev.json").write_text(json.dumps(data))
+    (tmp_path / "pred.json").write_text(json.dumps({"1": "paris."}))
+    proc = sh("evaluate.sh", "--score", tmp_path / "dev.json", tmp_path / "pred.json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"exact_match": 100.0, "f1": 100.0}
+
+
+def test_script_errors_are_one_line(tmp_path):
+    proc = sh("train.sh", "--gpus", 1, "--data-dir", tmp_path, "--device", "cpu")
+    assert proc.returncode != 0
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .endswith("has no metadata.json: prepare it with scripts/download_data.sh")
+    )
+    proc = sh("download_checkpoint.sh", "no-such-checkpoint")
+    assert proc.returncode != 0 and "unknown checkpoint 'no-such-checkpoint'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,143 @@
+"""SQuAD v1.1: the official metric on hand-made cases, windowed features, span decoding, fine-tuning."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from bert import finetune_squad
+from bert.squad import (
+    Example,
+    best_spans,
+    evaluate_predictions,
+    exact_match,
+    f1_score,
+    make_features,
+    normalize_answer,
+    read_squad,
+)
+from bert.text import read_documents
+from bert.tokenization import load_tokenizer
+
+MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_official_normalisation_and_scores():
+    assert normalize_answer("  The Quick, brown fox!  ") == "quick brown fox"
+    assert normalize_answer("An apple a day") == "apple day"
+    assert exact_match("the Eiffel Tower.", "Eiffel tower") == 1.0
+    assert exact_match("Eiffel", "Eiffel tower") == 0.0
+    assert f1_score("big red cat", "red cat sat") == pytest.approx(2 / 3)
+    assert f1_score("red red", "red") == pytest.approx(2 * 0.5 * 1 / 1.5)  # counts clipped by the truth
+    assert f1_score("dog", "cat") == 0.0
+    assert f1_score("the", "a") == 0.0  # both normalise to nothing
+
+
+def test_evaluate_takes_best_truth_and_counts_missing_as_wrong():
+    data = [
+        {
+            "paragraphs": [
+                {
+                    "context": "x",
+                    "qas": [
+                        {"id": "q1", "answers": [{"text": "Denver Broncos"}, {"text": "Broncos"}]},
+                        {"id": "q2", "answers": [{"text": "Carolina Panthers"}]},
+                        {"id": "q3", "answers": [{"text": "Santa Clara"}]},
+                    ],
+                }
+            ]
+        }
+    ]
+    scores = evaluate_predictions(data, {"q1": "broncos", "q2": "the Panthers"})
+    assert scores["exact_match"] == pytest.approx(100 / 3)
+    assert scores["f1"] == pytest.approx(100 * (1 + 2 / 3) / 3)
+
+
+def long_example(english_text):
+    doc = [s for d in read_documents([english_text / "GPL-3"]) for s in d][:30]
+    context = " ".join(doc)
+    answer = doc[3]
+    return Example("q0", "What is said in the fourth sentence?", context, context.index(answer), answer)
+
+
+def test_windows_cover_the_context_and_locate_the_answer(english_text, tiny_vocab):
+    tok = load_tokenizer(tiny_vocab)
+    ex = long_example(english_text)
+    f = make_features([ex], tok, max_seq=64, doc_stride=16, max_query=16)
+    assert len(f) > 5
+    assert f.input_ids.shape == (len(f), 64) and (f.attention_mask.sum(1) <= 64).all()
+    with_answer = np.flatnonzero(f.start_positions > 0)
+    assert len(with_answer) >= 1
+    for w in with_answer:
+        s, e = f.start_positions[w], f.end_positions[w]
+        text = ex.context[f.offsets[w][s, 0] : f.offsets[w][e, 1]]
+        assert normalize_answer(text) == normalize_answer(ex.answer_text)
+    # every context token has exactly one best window
+    n_context = len(tok.encode(ex.context, add_special_tokens=False).ids)
+    assert sum(int(m.sum()) for m in f.max_context) == n_context
+    # decoding logits that point at the answer gives the answer back
+    start = np.full((len(f), 64), -5.0)
+    end = np.full((len(f), 64), -5.0)
+    w = with_answer[0]
+    start[w, f.start_positions[w]] = 5.0
+    end[w, f.end_positions[w]] = 5.0
+    predicted = best_spans([ex], f, start, end)["q0"]
+    assert exact_match(predicted, ex.answer_text) == 1.0 or f.max_context[w][f.start_positions[w]] == 0
+
+
+def write_first_word_squad(path, english_text, n):
+    """Questions whose answer is the first word of the context: a tiny model can learn it."""
+    docs = [d for d in read_documents([english_text]) if len(d) >= 2 and normalize_answer(d[0].split()[0])][
+        :n
+    ]
+    paragraphs = []
+    for i, d in enumerate(docs):
+        context = " ".join(d[:2])
+        first = context.split()[0]
+        paragraphs.append(
+            {
+                "context": context,
+                "qas": [
+                    {
+                        "id": f"q{i}",
+                        "question": "Which word opens the text?",
+                        "answers": [{"text": first, "answer_start": 0}],
+                    }
+                ],
+            }
+        )
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+    return path
+
+
+def test_tiny_fine_tuning_learns_spans(tmp_path, english_text, tiny_vocab):
+    data = write_first_word_squad(tmp_path / "squad.json", english_text, 96)
+    recipe = os.path.join(MODEL_DIR, "configs", "squad_tiny_cpu.yaml")
+    common = ["--recipe", recipe, "--vocab", str(tiny_vocab), "--device", "cpu", "--predict-file", str(data)]
+    before = finetune_squad.main([*common, "--do-predict", "--results-dir", str(tmp_path / "untrained")])
+    after = finetune_squad.main(
+        [
+            *common,
+            "--do-train",
+            "--do-predict",
+            "--train-file",
+            str(data),
+            "--epochs",
+            "6",
+            "--results-dir",
+            str(tmp_path / "r"),
+        ]
+    )
+    assert after["exact_match"] > 60 and after["exact_match"] > before["exact_match"] + 40, (before, after)
+    assert after["f1"] >= after["exact_match"]
+    predictions = json.loads((tmp_path / "r" / "predictions.json").read_text())
+    assert len(predictions) == 96
+    assert (tmp_path / "r" / "squad_model.pt").is_file()
+
+
+def test_bad_squad_inputs_are_one_line_errors(tmp_path, tiny_vocab):
+    with pytest.raises(SystemExit, match="does not exist"):
+        read_squad(tmp_path / "none.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="not a SQuAD JSON"):
+        read_squad(tmp_path / "bad.json")

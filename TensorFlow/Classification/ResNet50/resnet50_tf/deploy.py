@@ -1,0 +1,150 @@
+"""Serve a Triton model repository with tritonserver and classify images through tritonclient.
+
+    python -m resnet50_tf.deploy --model-repository model_repository --images a.jpg b.jpg
+    python -m resnet50_tf.deploy --model-repository model_repository --data-dir /data/tfrecords --count 64
+
+Without --url a local tritonserver (the nvidia-pytriton wheel's, or $TRITONSERVER) is started on
+127.0.0.1 and stopped at the end; that server has only the python backend, so the default model is
+resnet50_tf_python. With --url the running server there is used (e.g. NVIDIA's Triton container,
+which also serves resnet50_tf_savedmodel and resnet50_tf_onnx).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def load_images(paths: list[str], image_size: int) -> np.ndarray:
+    import tensorflow as tf
+
+    from resnet50_tf.data import eval_image
+
+    batch = []
+    for path in paths:
+        if not Path(path).is_file():
+            raise SystemExit(f"image not found: {path}")
+        data = Path(path).read_bytes()
+        try:
+            image = tf.io.decode_image(data, channels=3, expand_animations=False)
+            encoded = tf.io.encode_jpeg(image)
+            batch.append(eval_image(encoded, image_size).numpy())
+        except tf.errors.InvalidArgumentError:
+            raise SystemExit(f"not a readable image: {path}") from None
+    return np.stack(batch)
+
+
+def load_validation(data_dir: str, image_size: int, count: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    from resnet50_tf.data import build_eval_dataset, read_dataset_info
+
+    info = read_dataset_info(data_dir)
+    images, labels = [], []
+    for x, y in build_eval_dataset(info, min(count, 64), image_size):
+        images.append(x.numpy())
+        labels.append(y.numpy())
+        if sum(len(b) for b in images) >= count:
+            break
+    return np.concatenate(images)[:count], np.concatenate(labels)[:count], info.classes
+
+
+def read_labels(repo: Path, model: str) -> list[str] | None:
+    path = repo / model / "labels.txt"
+    return path.read_text().splitlines() if path.is_file() else None
+
+
+def classify(
+    url: str, model: str, images: np.ndarray, protocol: str, batch_size: int
+) -> tuple[np.ndarray, list]:
+    """Logits for every image, sent in batches; and the latency of each request (ms)."""
+    from zoo.triton import infer
+
+    logits, latencies = [], []
+    for start in range(0, len(images), batch_size):
+        t0 = time.perf_counter()
+        out = infer(url, model, {"images": images[start : start + batch_size]}, ["logits"], protocol=protocol)
+        latencies.append(1000 * (time.perf_counter() - t0))
+        logits.append(out["logits"])
+    return np.concatenate(logits), latencies
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(
+        prog="deploy_triton.sh",
+        description="Serve a Triton model repository (tritonserver) and classify images with tritonclient.",
+    )
+    p.add_argument("--model-repository", default="model_repository")
+    p.add_argument("--model", default="resnet50_tf_python", help="model name in the repository")
+    p.add_argument("--images", nargs="*", default=[], help="image files to classify")
+    p.add_argument("--data-dir", help="classify the first --count validation images of these TFRecords")
+    p.add_argument("--synthetic", action="store_true", help="send --count random images")
+    p.add_argument("--count", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=8, help="images per request")
+    p.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    p.add_argument("--url", help="use the server at host:port instead of starting one")
+    p.add_argument("--python-env", help="venv whose python runs python-backend models (default: this one)")
+    args = p.parse_args(argv)
+    repo = Path(args.model_repository)
+    config = repo / args.model / "config.pbtxt"
+    if not config.is_file():
+        raise SystemExit(f"{config} not found: run scripts/export_triton.sh first")
+    if not args.images and not args.data_dir and not args.synthetic:
+        raise SystemExit("nothing to classify: pass --images FILE..., --data-dir TFRECORDS or --synthetic")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from zoo.triton import TritonServer, parse_pbtxt
+
+    image_size = int(parse_pbtxt(config.read_text()).input[0].dims[0])
+    labels = None
+    if args.synthetic:
+        rng = np.random.default_rng(0)
+        images = rng.standard_normal((args.count, image_size, image_size, 3)).astype(np.float32)
+        names, classes = [f"random[{i}]" for i in range(args.count)], None
+    elif args.data_dir:
+        images, labels, classes = load_validation(args.data_dir, image_size, args.count)
+        names = [f"val[{i}]" for i in range(len(images))]
+    else:
+        images, names, classes = load_images(args.images, image_size), args.images, None
+    classes = read_labels(repo, args.model) or classes
+
+    def run(url):
+        return classify(url, args.model, images, args.protocol, args.batch_size)
+
+    if args.url:
+        logits, latencies = run(args.url)
+    else:
+        import tempfile
+
+        # A repository of the one model: the wheel's server lacks the other models' backends.
+        only = Path(tempfile.mkdtemp(prefix="zoo-repo-"))
+        (only / args.model).symlink_to((repo / args.model).resolve(), target_is_directory=True)
+        try:
+            with TritonServer(only, python_env=args.python_env) as server:
+                url = server.http_url if args.protocol == "http" else server.grpc_url
+                print(f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr)
+                logits, latencies = run(url)
+        except RuntimeError as e:
+            raise SystemExit(str(e).splitlines()[0]) from None
+        finally:
+            (only / args.model).unlink()
+            only.rmdir()
+    top1 = logits.argmax(-1)
+    for name, k in zip(names, top1, strict=True):
+        print(f"{name}: {classes[k] if classes else k}")
+    result = {"images": len(images), "latency_ms_p50": float(np.percentile(latencies, 50))}
+    result["latency_ms_p99"] = float(np.percentile(latencies, 99))
+    if labels is not None:
+        result["top1"] = float(100 * np.mean(top1 == labels))
+    print(
+        f"{args.model} over {args.protocol}: {len(images)} images in requests of {args.batch_size}, "
+        f"latency p50 {result['latency_ms_p50']:.1f} ms p99 {result['latency_ms_p99']:.1f} ms"
+        + (f", top-1 {result['top1']:.1f}%" if labels is not None else "")
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()

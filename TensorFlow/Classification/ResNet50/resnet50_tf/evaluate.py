@@ -1,0 +1,103 @@
+"""Top-1 / top-5 accuracy of a checkpoint on the validation TFRecords.
+
+python -m resnet50_tf.evaluate --checkpoint results/run1 --data-dir /data/tfrecords
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="evaluate.sh", description="Top-1/top-5 of a ResNet-50 checkpoint on the validation TFRecords."
+    )
+    p.add_argument(
+        "--checkpoint", required=True, help="run directory, checkpoint prefix, or Keras-Applications .h5"
+    )
+    p.add_argument("--data-dir", help="TFRecord folder with validation-* shards and dataset.json")
+    p.add_argument(
+        "--synthetic", action="store_true", help="random images: checks the checkpoint loads and runs"
+    )
+    p.add_argument("--batch-size", type=int, default=128, help="per-replica batch")
+    p.add_argument("--image-size", type=int, help="default: the run's (run.json), else 224")
+    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
+    p.add_argument("--out", help="also write the metrics as JSON here")
+    args = p.parse_args(argv)
+    if not args.data_dir and not args.synthetic:
+        p.error("--data-dir is required unless --synthetic")
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from resnet50_tf.distribute import make_runtime
+
+    runtime = make_runtime("auto")
+    from resnet50_tf import data
+    from resnet50_tf.checkpoint import find_checkpoint, read_run_info, restore_weights
+    from resnet50_tf.model import resnet50
+    from resnet50_tf.train import build_step_functions, evaluate_model, set_precision
+
+    info = None if args.synthetic else data.read_dataset_info(args.data_dir)
+    keras_h5 = str(args.checkpoint).endswith(".h5")
+    if keras_h5:  # Keras Applications weights: ResNet-50 v1 with BGR "caffe" input, run as published
+        run = {}
+        if not os.path.isfile(args.checkpoint):
+            raise SystemExit(f"checkpoint {args.checkpoint} not found")
+    else:
+        run = read_run_info(find_checkpoint(args.checkpoint)[1])
+    if info is None:  # synthetic: as many classes as the checkpoint has
+        info = _synthetic_info(run.get("num_classes", 1000))
+    if run and run.get("num_classes") != info.num_classes:
+        raise SystemExit(
+            f"checkpoint has {run.get('num_classes')} classes but {args.data_dir} has {info.num_classes}"
+        )
+    image_size = args.image_size or run.get("image_size", 224)
+    set_precision(args.precision)
+    with runtime.strategy.scope():
+        variant = dict(variant="v1", input_mode="caffe") if keras_h5 else {}
+        model = resnet50(info.num_classes, image_size=image_size, **variant)
+        restore_weights(model, args.checkpoint)
+    _, eval_step = build_step_functions(runtime, model, _NoOptimizer(), 1, 0.0, False)
+    if args.synthetic:
+        metrics = _evaluate_synthetic(runtime, eval_step, info.num_classes, args.batch_size, image_size)
+    else:
+        metrics = evaluate_model(runtime, eval_step, info, args.batch_size, image_size)
+    line = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
+    print(line)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(line + "\n")
+    return metrics
+
+
+def _synthetic_info(num_classes: int):
+    from resnet50_tf.data import DatasetInfo
+
+    return DatasetInfo(
+        data_dir=None, classes=[str(i) for i in range(num_classes)], train_examples=0, val_examples=0
+    )
+
+
+def _evaluate_synthetic(runtime, eval_step, num_classes: int, batch_size: int, image_size: int) -> dict:
+
+    from resnet50_tf.data import build_synthetic_dataset
+
+    dist = runtime.strategy.distribute_datasets_from_function(
+        lambda ctx: build_synthetic_dataset(batch_size, image_size, num_classes, steps=2)
+    )
+    top1, topk, count = sum(eval_step(batch).numpy() for batch in dist)
+    return {"top1": 100 * top1 / count, "top5": 100 * topk / count, "images": int(count), "synthetic": True}
+
+
+class _NoOptimizer:
+    """Evaluation builds only the eval step; the train step's optimizer is never called."""
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)

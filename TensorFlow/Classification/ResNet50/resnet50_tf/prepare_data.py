@@ -1,0 +1,68 @@
+"""Get data into TFRecords: ImageNet from the tarballs you downloaded (the licence means the zoo cannot
+fetch them), or the small digits set (scikit-learn's 8x8 digits upscaled) for a CPU try-out.
+
+    python -m resnet50_tf.prepare_data --train-tar ILSVRC2012_img_train.tar --val-tar ILSVRC2012_img_val.tar \
+        --devkit ILSVRC2012_devkit_t12.tar.gz --out /data/imagenet
+    python -m resnet50_tf.prepare_data --digits --out /tmp/digits
+
+--out gets folders/ (train/<wnid>/, val/<wnid>/) and tfrecords/ (what train.sh --data-dir reads).
+Synthetic data needs nothing: pass --synthetic to train.sh or benchmark.sh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(
+        prog="download_data.sh",
+        description="ImageNet tarballs (verified, laid out, converted) or the digits set -> TFRecords.",
+    )
+    p.add_argument("--out", help="output folder: folders/ and tfrecords/ are written in it")
+    p.add_argument("--synthetic", action="store_true", help="nothing to download: say so and exit")
+    p.add_argument("--digits", action="store_true", help="the small digits set instead of ImageNet")
+    p.add_argument("--image-size", type=int, default=32, help="digits image size")
+    p.add_argument("--train-tar", help="ILSVRC2012_img_train.tar")
+    p.add_argument("--val-tar", help="ILSVRC2012_img_val.tar")
+    p.add_argument("--devkit", help="ILSVRC2012_devkit_t12.tar.gz (validation labels)")
+    p.add_argument("--md5", action="store_true", help="check the official md5 of each tarball (slow)")
+    p.add_argument("--train-shards", type=int, default=1024)
+    p.add_argument("--val-shards", type=int, default=128)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    args = p.parse_args(argv)
+    if args.synthetic:
+        print("synthetic data needs no download: pass --synthetic to train.sh or benchmark.sh")
+        return
+    if not args.out:
+        p.error("--out is required")
+    out = Path(args.out)
+    folders = out / "folders"
+    if args.digits:
+        from zoo.datasets import make_digits_imagefolder
+
+        make_digits_imagefolder(folders, image_size=args.image_size)
+        shards = (4, 2)
+    else:
+        missing = [
+            f"--{n}" for n in ("train-tar", "val-tar", "devkit") if not getattr(args, n.replace("-", "_"))
+        ]
+        if missing:
+            p.error(f"ImageNet needs {' '.join(missing)} (or pass --digits)")
+        from zoo.imagenet import prepare_imagenet
+
+        prepare_imagenet(args.train_tar, args.val_tar, args.devkit, folders, verify_md5=args.md5)
+        shards = (args.train_shards, args.val_shards)
+    from resnet50_tf.convert_tfrecords import convert
+
+    info = convert(folders, out / "tfrecords", shards[0], shards[1], args.workers)
+    print(
+        f"{out / 'tfrecords'}: {info['train_examples']} train, {info['validation_examples']} validation images, "
+        f"{len(info['classes'])} classes"
+    )
+
+
+if __name__ == "__main__":
+    main()

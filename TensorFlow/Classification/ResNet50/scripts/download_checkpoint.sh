@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Pull a pretrained checkpoint by name from checkpoints.yaml (verified, cached). --list names them.
+set -euo pipefail
+MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:$PYTHONPATH}"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+exec "${PYTHON:-python}" -m resnet50_tf.pretrained "$@"

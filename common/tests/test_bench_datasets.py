@@ -1,0 +1,78 @@
+import json
+
+import numpy as np
+import pytest
+from zoo.bench import Meter, percentiles, time_loop, write_report
+from zoo.datasets import make_digits_imagefolder
+
+
+def test_percentiles_match_numpy():
+    samples = np.random.default_rng(0).exponential(5.0, size=1001)
+    got = percentiles(samples, ps=(50, 90, 99.9))
+    assert list(got) == ["p50", "p90", "p99.9"]
+    assert got["p90"] == pytest.approx(np.percentile(samples, 90))
+    assert got["p99.9"] == pytest.approx(np.percentile(samples, 99.9))
+    with pytest.raises(ValueError):
+        percentiles([])
+
+
+def test_meter_drops_warmup():
+    meter = Meter(warmup=2)
+    for seconds in (10.0, 10.0, 0.1, 0.2, 0.3):
+        meter.record(seconds, items=6)
+    s = meter.summary()
+    assert (s["steps"], s["items"]) == (3, 18)
+    assert s["throughput"] == pytest.approx(18 / 0.6)
+    assert s["latency_ms"]["mean"] == pytest.approx(200.0)
+    assert s["latency_ms"]["p50"] == pytest.approx(200.0)
+    assert s["latency_ms"]["p99"] == pytest.approx(np.percentile([100, 200, 300], 99))
+
+
+def test_time_loop_calls_and_syncs():
+    calls, syncs = [], []
+    s = time_loop(lambda: calls.append(1), items_per_call=4, warmup=3, iters=5, sync=lambda: syncs.append(1))
+    assert len(calls) == 8 and len(syncs) == 16
+    assert (s["steps"], s["items"]) == (5, 20) and s["throughput"] > 0
+
+
+def test_write_report(tmp_path):
+    path = tmp_path / "out" / "bench.json"
+    write_report(path, [{"mode": "inference", "throughput": 1.5}], device="cpu", batch=8)
+    report = json.loads(path.read_text())
+    assert report["schema"] == "zoo.bench/v1" and report["meta"] == {"device": "cpu", "batch": 8}
+    assert report["results"] == [{"mode": "inference", "throughput": 1.5}] and report["date"].startswith("20")
+    assert [p.name for p in path.parent.iterdir()] == ["bench.json"]
+
+
+def test_digits_imagefolder_layout_labels_and_pixels(tmp_path):
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    root = make_digits_imagefolder(tmp_path / "digits", image_size=32, val_fraction=0.2)
+    files = sorted(root.glob("*/*/*.jpg"))
+    assert len(files) == 1797
+    assert sorted(p.name for p in (root / "train").iterdir()) == [str(c) for c in range(10)]
+    val = [f for f in files if f.parts[-3] == "val"]
+    assert len(val) == pytest.approx(1797 * 0.2, abs=6)
+    for c in range(10):  # stratified: every class has about 20% in val
+        n_val, n_all = sum(f.parent.name == str(c) for f in val), sum(f.parent.name == str(c) for f in files)
+        assert abs(n_val - 0.2 * n_all) <= 1
+
+    digits = load_digits()
+    sources = digits.images.reshape(len(digits.images), -1) * (255.0 / 16.0)
+    for f in files[::60]:
+        image = Image.open(f)
+        assert image.size == (32, 32) and image.mode == "RGB"
+        index = int(f.stem)
+        assert int(f.parent.name) == digits.target[index]
+        small = np.asarray(image.convert("L").resize((8, 8), Image.BOX), dtype=np.float64).ravel()
+        assert np.abs(small - sources[index]).mean() < 30  # 0..255 scale; blur + JPEG
+        nearest = np.abs(sources - small).mean(axis=1).argmin()
+        assert digits.target[nearest] == digits.target[index]
+
+    mtime = files[0].stat().st_mtime_ns
+    assert make_digits_imagefolder(root, image_size=32, val_fraction=0.2) == root
+    assert files[0].stat().st_mtime_ns == mtime  # idempotent: nothing rewritten
+    make_digits_imagefolder(root, image_size=16, val_fraction=0.2)  # new parameters rebuild
+    assert Image.open(next(root.glob("train/0/*.jpg"))).size == (16, 16)
+    assert len(list(root.glob("*/*/*.jpg"))) == 1797 and not list(root.glob(".digits-*"))

@@ -1,0 +1,108 @@
+import io
+import json
+
+import pytest
+from zoo.dist import first_slurm_host, get_dist_env, is_primary
+from zoo.log import MetricsLogger
+from zoo.recipe import load_recipe, parse_overrides
+
+
+@pytest.fixture
+def recipes(tmp_path):
+    (tmp_path / "base.yaml").write_text(
+        "epochs: 90\noptimizer:\n  name: sgd\n  lr: 0.256\n  momentum: 0.875\n"
+    )
+    (tmp_path / "short.yaml").write_text("base: base.yaml\nepochs: 5\noptimizer:\n  lr: 0.1\n")
+    return tmp_path
+
+
+def test_recipe_base_and_overrides(recipes):
+    recipe = load_recipe(recipes / "short.yaml", parse_overrides(["optimizer.momentum=0.9", "epochs=7"]))
+    assert recipe == {"epochs": 7, "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9}}
+    assert load_recipe(recipes / "base.yaml")["optimizer"]["lr"] == 0.256
+
+
+def test_recipe_unknown_key_and_missing_file(recipes):
+    with pytest.raises(SystemExit, match="unknown recipe key 'optimizer.lrr'.*lr, momentum, name"):
+        load_recipe(recipes / "short.yaml", {"optimizer.lrr": 1})
+    with pytest.raises(SystemExit, match="recipe not found"):
+        load_recipe(recipes / "nope.yaml")
+    with pytest.raises(SystemExit, match="not key=value"):
+        parse_overrides(["epochs"])
+
+
+def test_dist_torchrun():
+    env = {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}
+    env |= {"MASTER_ADDR": "n1", "MASTER_PORT": "1234", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}
+    d = get_dist_env(env)
+    assert (d.rank, d.local_rank, d.world_size, d.local_world_size) == (5, 1, 8, 4)
+    assert (d.master_addr, d.master_port, d.launcher) == ("n1", 1234, "torchrun")
+    assert not is_primary(env)
+
+
+def test_dist_slurm():
+    env = {
+        "SLURM_PROCID": "6",
+        "SLURM_LOCALID": "2",
+        "SLURM_NTASKS": "10",
+        "SLURM_NODEID": "1",
+        "SLURM_TASKS_PER_NODE": "4(x2),2",
+        "SLURM_JOB_NODELIST": "gpu[007-009,12],cpu1",
+    }
+    d = get_dist_env(env)
+    assert (d.rank, d.local_rank, d.world_size, d.local_world_size) == (6, 2, 10, 4)
+    assert (d.master_addr, d.master_port, d.launcher) == ("gpu007", 29500, "slurm")
+    assert get_dist_env(env | {"SLURM_NODEID": "2"}).local_world_size == 2
+    assert first_slurm_host("node5") == "node5"
+
+
+def test_dist_mpi_and_single():
+    ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+    ompi |= {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "MASTER_ADDR": "h0"}
+    d = get_dist_env(ompi)
+    assert (d.rank, d.local_rank, d.world_size, d.local_world_size, d.master_addr) == (3, 1, 4, 2, "h0")
+    assert d.launcher == "mpi"
+    pmi = get_dist_env({"PMI_RANK": "0", "PMI_SIZE": "2", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"})
+    assert (pmi.rank, pmi.world_size, pmi.launcher) == (0, 2, "mpi")
+    single = get_dist_env({})
+    assert (single.rank, single.world_size, single.launcher) == (0, 1, "single") and is_primary({})
+
+
+def test_log_json_lines_console_and_events(tmp_path):
+    path = tmp_path / "run" / "metrics.jsonl"
+    stream = io.StringIO()
+    with MetricsLogger(
+        str(path), total_steps=4, desc="epoch 1", stream=stream, mlperf_benchmark="resnet"
+    ) as log:
+        for step in range(1, 5):
+            log.progress(step, items=32, metrics={"loss": 2.0 / step})
+        log.log(4, {"loss": 0.5, "top1": 12.5}, units={"top1": "%"}, phase="val")
+        log.event("eval_accuracy", 0.125, metadata={"epoch_num": 1})
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r.get("key") for r in records] == ["submission_benchmark", None, "eval_accuracy"]
+    metrics = records[1]
+    assert metrics["step"] == 4 and metrics["phase"] == "val"
+    assert metrics["metrics"] == {"loss": 0.5, "top1": 12.5} and metrics["units"] == {"top1": "%"}
+    assert records[2]["value"] == 0.125 and records[2]["metadata"]["epoch_num"] == 1
+
+    out = stream.getvalue()
+    assert "[val] step 4  loss 0.5  top1 12.5%" in out
+    assert "epoch 1  [####################] 4/4" in out and "items/s" in out and "ETA 0:00:00" in out
+    mllog = [
+        json.loads(line[len(":::MLLOG ") :]) for line in out.splitlines() if line.startswith(":::MLLOG ")
+    ]
+    assert mllog[1]["key"] == "eval_accuracy" and mllog[1]["value"] == 0.125
+    assert (
+        mllog[1]["event_type"] == "POINT_IN_TIME"
+        and mllog[1]["metadata"]["file"] == "test_recipe_dist_log.py"
+    )
+    assert isinstance(mllog[1]["time_ms"], int)
+
+
+def test_log_disabled_is_a_no_op(tmp_path):
+    stream = io.StringIO()
+    with MetricsLogger(str(tmp_path / "m.jsonl"), enabled=False, stream=stream) as log:
+        log.log(1, {"loss": 1.0})
+        log.progress(1, 8)
+        log.event("run_start")
+    assert stream.getvalue() == "" and not (tmp_path / "m.jsonl").exists()

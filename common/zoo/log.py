@@ -1,0 +1,229 @@
+"""Metrics logging: JSON lines to a file, a readable console line, a progress bar, MLPerf-style events.
+
+    with MetricsLogger("results/metrics.jsonl", total_steps=len(loader), desc="epoch 1",
+                       enabled=is_primary()) as logger:
+        logger.event(MLPERF.RUN_START)
+        for step, (x, y) in enumerate(loader, 1):
+            ...
+            logger.progress(step, items=len(x), metrics={"loss": loss.item()})
+        logger.log(step, {"top1": 76.1}, units={"top1": "%"}, phase="val")
+
+Every JSON line is an object with ``time`` (Unix seconds); metrics lines have ``step``, ``phase``,
+``metrics``, ``units``; event lines have ``key``, ``value``, ``metadata`` as in the ``:::MLLOG`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import types
+
+_MLPERF_KEYS = (
+    "submission_benchmark",
+    "cache_clear",
+    "init_start",
+    "init_stop",
+    "run_start",
+    "run_stop",
+    "epoch_start",
+    "epoch_stop",
+    "block_start",
+    "block_stop",
+    "eval_start",
+    "eval_stop",
+    "eval_accuracy",
+    "global_batch_size",
+    "train_samples",
+    "eval_samples",
+    "seed",
+    "opt_name",
+    "opt_base_learning_rate",
+    "opt_learning_rate_warmup_epochs",
+)
+
+
+def _mlperf_constants() -> types.SimpleNamespace:
+    """Event key names: from ``mlperf_logging.mllog.constants`` where installed, else the same strings."""
+    try:
+        from mlperf_logging.mllog import constants
+    except ImportError:
+        constants = None
+    return types.SimpleNamespace(**{k.upper(): getattr(constants, k.upper(), k) for k in _MLPERF_KEYS})
+
+
+MLPERF = _mlperf_constants()
+
+
+class MetricsLogger:
+    """One logger per run. On non-primary ranks pass ``enabled=False``: every method is then a no-op."""
+
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        enabled: bool = True,
+        total_steps: int | None = None,
+        desc: str = "",
+        stream=sys.stderr,
+        mlperf_benchmark: str | None = None,
+    ):
+        self.enabled = enabled
+        self.total_steps = total_steps
+        self.desc = desc
+        self.stream = stream
+        self._file = None
+        self._bar_open = False  # a progress line without its newline is on the stream
+        self._last_step = None
+        self._last_time = time.monotonic()
+        self._last_drawn = 0.0
+        self._ema_seconds = self._ema_items = None
+        if not enabled:
+            return
+        if path is not None:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._file = open(path, "a", buffering=1)
+        self._tty = hasattr(stream, "isatty") and stream.isatty()
+        if mlperf_benchmark:
+            self.event(MLPERF.SUBMISSION_BENCHMARK, mlperf_benchmark)
+
+    def log(self, step: int, metrics: dict, *, units: dict | None = None, phase: str = "train") -> None:
+        """Append {"time","step","phase","metrics","units"} as one JSON line; print one readable line."""
+        if not self.enabled:
+            return
+        metrics = {k: _number(v) for k, v in metrics.items()}
+        units = dict(units or {})
+        self._write_json(
+            {"time": time.time(), "step": step, "phase": phase, "metrics": metrics, "units": units}
+        )
+        of = f"/{self.total_steps}" if self.total_steps and phase == "train" else ""
+        values = "  ".join(f"{k} {_fmt(v)}{units.get(k, '')}" for k, v in metrics.items())
+        self._print_line(f"[{phase}] step {step}{of}  {values}")
+
+    def progress(self, step: int, items: int, metrics: dict | None = None) -> None:
+        """Redraw the progress bar: step/total, items/s (EMA), ETA.
+
+        ``step`` counts finished steps (1-based); ``items`` is the samples in this step. A step number
+        lower than the last one (a new epoch) restarts the timing. Off a terminal, a line is printed
+        at most every 10 s and at the last step.
+        """
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self._last_step is not None and step > self._last_step:
+            steps, seconds = step - self._last_step, now - self._last_time
+            self._ema_seconds = _ema(self._ema_seconds, seconds / steps)
+            self._ema_items = _ema(self._ema_items, items)
+        self._last_step, self._last_time = step, now
+
+        last = self.total_steps is not None and step >= self.total_steps
+        if not last and now - self._last_drawn < (0.1 if self._tty else 10.0):
+            return
+        self._last_drawn = now
+        line = self._bar(step, metrics or {})
+        if self._tty:
+            self.stream.write("\r\033[K" + line + ("\n" if last else ""))
+            self._bar_open = not last
+            self.stream.flush()
+        else:
+            self._print_line(line)
+
+    def event(self, key: str, value=None, metadata: dict | None = None) -> None:
+        """Print a ':::MLLOG {...}' line and append the same event as a JSON line."""
+        if not self.enabled:
+            return
+        caller = sys._getframe(1)
+        if caller.f_code.co_filename == __file__:  # emitted by __init__: name the code that made the logger
+            caller = caller.f_back
+        now = time.time()
+        record = {
+            "namespace": "",
+            "time_ms": int(now * 1000),
+            "event_type": _event_type(key),
+            "key": key,
+            "value": value,
+            "metadata": {
+                "file": os.path.basename(caller.f_code.co_filename),
+                "lineno": caller.f_lineno,
+                **(metadata or {}),
+            },
+        }
+        self._print_line(":::MLLOG " + json.dumps(record, default=_jsonable))
+        self._write_json({"time": now, **record})
+
+    def close(self) -> None:
+        if self._bar_open:
+            self.stream.write("\n")
+            self._bar_open = False
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _bar(self, step: int, metrics: dict) -> str:
+        total = self.total_steps
+        parts = [self.desc] if self.desc else []
+        if total:
+            filled = min(20, 20 * step // total)
+            parts.append(f"[{'#' * filled}{'.' * (20 - filled)}] {step}/{total}")
+        else:
+            parts.append(f"step {step}")
+        if self._ema_seconds:
+            parts.append(f"{self._ema_items / self._ema_seconds:,.1f} items/s")
+            if total:
+                parts.append(f"ETA {_duration(max(total - step, 0) * self._ema_seconds)}")
+        parts += [f"{k} {_fmt(_number(v))}" for k, v in metrics.items()]
+        return "  ".join(parts)
+
+    def _print_line(self, line: str) -> None:
+        if self._bar_open:
+            self.stream.write("\n")
+            self._bar_open = False
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def _write_json(self, record: dict) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(record, default=_jsonable) + "\n")
+
+
+def _ema(previous, value, alpha=0.1):
+    return value if previous is None else (1 - alpha) * previous + alpha * value
+
+
+def _event_type(key: str) -> str:
+    if key.endswith("_start"):
+        return "INTERVAL_START"
+    if key.endswith("_stop"):
+        return "INTERVAL_END"
+    return "POINT_IN_TIME"
+
+
+def _number(value):
+    """Plain float/int from a Python, numpy or framework scalar (anything with .item())."""
+    if hasattr(value, "item"):
+        value = value.item()
+    return value if isinstance(value, int | float) else float(value)
+
+
+def _jsonable(value):
+    if hasattr(value, "item"):
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return str(value)
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -1,0 +1,465 @@
+"""Triton model repositories, config.pbtxt checked against Triton's ModelConfig, a local server, a client.
+
+    config = model_config("resnet50_onnx", backend="onnxruntime", max_batch_size=64,
+                          inputs=[TensorSpec("input", "FP32", [3, 224, 224])],
+                          outputs=[TensorSpec("logits", "FP32", [1000])],
+                          dynamic_batching={"preferred_batch_size": [16, 32], "max_queue_delay_microseconds": 100})
+    write_model("model_repository", config, {"model.onnx": "resnet50.onnx"})
+    with TritonServer("model_repository") as server:
+        logits = infer(server.http_url, "resnet50_onnx", {"input": batch}, ["logits"])["logits"]
+
+Command line (used by the models' deploy_triton.sh):
+
+    python -m zoo.triton serve --model-repository R [--http-port 8000 --grpc-port 8001]
+    python -m zoo.triton validate R
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from zoo.checkpoints import atomic_write
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    dtype: str  # "FP32", "FP16", "INT64", "BYTES", ... (the TYPE_ prefix is optional)
+    dims: list
+
+
+def model_config(
+    name,
+    *,
+    backend: str | None = None,
+    platform: str | None = None,
+    max_batch_size: int,
+    inputs: list,
+    outputs: list,
+    instance_kind: str = "KIND_GPU",
+    instance_count: int = 1,
+    dynamic_batching: dict | None = None,
+    parameters: dict | None = None,
+):
+    """Build and check a ``tritonclient.grpc.model_config_pb2.ModelConfig``.
+
+    ``dynamic_batching`` holds ModelDynamicBatching fields, e.g. ``{"preferred_batch_size": [8, 16],
+    "max_queue_delay_microseconds": 100}``; ``{}`` turns it on with Triton's defaults, None leaves it off.
+    ``parameters`` become ``parameters { key: ... value { string_value: ... } }`` entries.
+    """
+    from google.protobuf import json_format
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    config = pb.ModelConfig(name=name, max_batch_size=max_batch_size)
+    if backend:
+        config.backend = backend
+    if platform:
+        config.platform = platform
+    for spec in inputs:
+        config.input.add(name=spec.name, data_type=_data_type(spec.dtype), dims=list(spec.dims))
+    for spec in outputs:
+        config.output.add(name=spec.name, data_type=_data_type(spec.dtype), dims=list(spec.dims))
+    config.instance_group.add(kind=pb.ModelInstanceGroup.Kind.Value(instance_kind), count=instance_count)
+    if dynamic_batching is not None:
+        config.dynamic_batching.SetInParent()
+        json_format.ParseDict(dynamic_batching, config.dynamic_batching)
+    for key, value in (parameters or {}).items():
+        config.parameters[key].string_value = str(value)
+    _validate(config)
+    return config
+
+
+def config_to_pbtxt(config) -> str:
+    """The protobuf text form Triton reads from config.pbtxt."""
+    from google.protobuf import text_format
+
+    return text_format.MessageToString(config)
+
+
+def parse_pbtxt(text: str):
+    """Parse config.pbtxt text into ModelConfig; ValueError with the reason on bad text or fields."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    config = pb.ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as e:
+        raise ValueError(f"not a Triton ModelConfig: {e}") from None
+    _validate(config)
+    return config
+
+
+def write_model(repo_dir, config, files: dict, version: int = 1) -> pathlib.Path:
+    """Write <repo>/<name>/config.pbtxt and <repo>/<name>/<version>/<file> for each of ``files``.
+
+    A value of ``files`` is the content (bytes) or a file or directory to copy (str or Path; a
+    directory such as ``model.savedmodel`` is copied whole). Returns <repo>/<name>.
+    """
+    _validate(config)
+    model_dir = pathlib.Path(repo_dir) / config.name
+    version_dir = model_dir / str(version)
+    version_dir.mkdir(parents=True, exist_ok=True)
+    for name, source in files.items():
+        target = version_dir / name
+        if isinstance(source, bytes):
+            with atomic_write(target) as tmp:
+                tmp.write_bytes(source)
+        elif pathlib.Path(source).is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        elif pathlib.Path(source).is_file():
+            with atomic_write(target) as tmp:
+                shutil.copyfile(source, tmp)
+        else:
+            raise FileNotFoundError(f"model file for {config.name}/{version}/{name} not found: {source}")
+    with atomic_write(model_dir / "config.pbtxt") as tmp:
+        tmp.write_text(config_to_pbtxt(config))
+    return model_dir
+
+
+class TritonServer:
+    """A local tritonserver (from the nvidia-pytriton wheel, $TRITONSERVER or PATH); a context manager.
+
+    Ports left as None are picked free. ``python_env`` is the venv whose python runs python-backend
+    models (default: this one). The server's output goes to ``log_path`` (default: a temp file);
+    a failed start raises RuntimeError with the log's tail.
+    """
+
+    def __init__(
+        self,
+        model_repository,
+        *,
+        host="127.0.0.1",
+        http_port=None,
+        grpc_port=None,
+        metrics_port=None,
+        python_env: str | None = None,
+        log_path=None,
+        startup_timeout=120,
+    ):
+        self.model_repository = pathlib.Path(model_repository).resolve()
+        self.host = host
+        self.http_port = http_port or _free_port()
+        self.grpc_port = grpc_port or _free_port()
+        self.metrics_port = metrics_port or _free_port()
+        self.python_env = pathlib.Path(python_env or sys.prefix)
+        self.startup_timeout = startup_timeout
+        self._workdir = None
+        self.log_path = pathlib.Path(log_path) if log_path else None
+        self.process = None
+
+    @property
+    def http_url(self) -> str:
+        return f"{_client_host(self.host)}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{_client_host(self.host)}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{_client_host(self.host)}:{self.metrics_port}"
+
+    def start(self):
+        """Launch tritonserver and wait until it and every model in the repository are ready."""
+        if not self.model_repository.is_dir():
+            raise FileNotFoundError(f"model repository not found: {self.model_repository}")
+        self._workdir = pathlib.Path(tempfile.mkdtemp(prefix="zoo-triton-"))
+        self.log_path = self.log_path or self._workdir / "tritonserver.log"
+        binary, backends, env = self._prepare_server()
+        cmd = [
+            str(binary),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={backends}",
+            f"--http-address={self.host}",
+            f"--http-port={self.http_port}",
+            f"--grpc-address={self.host}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-address={self.host}",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-gpu-metrics=false",
+            "--strict-readiness=true",
+            "--exit-on-error=true",
+            "--exit-timeout-secs=10",
+        ]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._workdir, start_new_session=True
+            )
+        self._wait_ready()
+        return self
+
+    def stop(self):
+        """Stop the server (SIGTERM, then SIGKILL after 20 s) and its python-backend stubs."""
+        if self.process is not None and self.process.poll() is None:
+            _signal_group(self.process, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.process, signal.SIGKILL)
+                self.process.wait()
+        if self.process is not None:
+            _signal_group(self.process, signal.SIGKILL)  # stubs left behind by a crashed server
+        self.process = None
+        if self._workdir is not None:
+            if self.log_path.parent != self._workdir:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+            else:  # keep the log readable after stop; drop the copied server
+                shutil.rmtree(self._workdir / "tritonserver", ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _startup_problem(self) -> str:
+        """The log's model failures (its status table's UNAVAILABLE rows) and its final error line."""
+        problems = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if row := re.fullmatch(r"\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*(UNAVAILABLE:.*?)\s*\|", line):
+                problems.append(f"model '{row[1]}' version {row[2]}: {row[3]}")
+            elif line.startswith("error:"):
+                problems.append(line.removeprefix("error:").strip())
+        return "; ".join(problems) or "see the log"
+
+    def _prepare_server(self):
+        """The binary, a backend directory with the python stub for ``python_env``, and the environment."""
+        python = self.python_env / "bin" / "python"
+        env = dict(os.environ)
+        env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
+        wheel_dir = _pytriton_server_dir()
+        if wheel_dir is None:
+            binary = os.environ.get("TRITONSERVER") or shutil.which("tritonserver")
+            if not binary:
+                raise RuntimeError(
+                    "no tritonserver: install nvidia-pytriton, or set TRITONSERVER to the binary"
+                )
+            binary = pathlib.Path(binary).resolve()
+            return binary, pathlib.Path(os.environ.get("TRITON_BACKENDS", "/opt/tritonserver/backends")), env
+
+        server_dir = self._workdir / "tritonserver"
+        shutil.copytree(wheel_dir, server_dir, symlinks=True)
+        version = _python_version(python)
+        stub = wheel_dir / "python_backend_stubs" / version / "triton_python_backend_stub"
+        if not stub.is_file():
+            raise RuntimeError(f"nvidia-pytriton ships no python backend stub for Python {version}")
+        shutil.copy2(stub, server_dir / "backends" / "python" / stub.name)
+        libs = [str(wheel_dir.parent.parent / "nvidia_pytriton.libs"), _python_libdir(python)]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
+        binary = pathlib.Path(os.environ.get("TRITONSERVER") or server_dir / "bin" / "tritonserver")
+        return binary, server_dir / "backends", env
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                self.stop()
+                raise RuntimeError(
+                    f"tritonserver exited with code {code} while starting: {self._startup_problem()}"
+                    f" (log: {self.log_path})\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(
+            f"tritonserver not ready after {self.startup_timeout} s (log: {self.log_path}):\n{self.log_tail()}"
+        )
+
+
+def infer(url, model, inputs: dict, outputs: list, protocol: str = "http") -> dict:
+    """Run one request against ``url`` ("host:port"); returns {output name: np.ndarray}."""
+    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+    if protocol == "http":
+        import tritonclient.http as client_lib
+    elif protocol == "grpc":
+        import tritonclient.grpc as client_lib
+    else:
+        raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+    client = client_lib.InferenceServerClient(url)
+    try:
+        request = []
+        for name, array in inputs.items():
+            tensor = client_lib.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            request.append(tensor)
+        wanted = [client_lib.InferRequestedOutput(name) for name in outputs]
+        result = client.infer(model, request, outputs=wanted)
+    except InferenceServerException as e:
+        raise RuntimeError(f"{protocol} inference on '{model}' at {url} failed: {e.message()}") from None
+    finally:
+        client.close()
+    return {name: result.as_numpy(name) for name in outputs}
+
+
+def _data_type(dtype: str) -> int:
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    name = dtype.upper().removeprefix("TYPE_")
+    name = {"BYTES": "STRING"}.get(name, name)
+    if f"TYPE_{name}" not in pb.DataType.keys():
+        raise ValueError(f"unknown Triton data type {dtype!r}")
+    return pb.DataType.Value(f"TYPE_{name}")
+
+
+def _validate(config) -> None:
+    """The checks Triton would fail a model on at load time, done before a server is involved."""
+    label = f"model '{config.name}'" if config.name else "model config"
+    if not config.name:
+        raise ValueError("model config has no name")
+    if not (config.backend or config.platform):
+        raise ValueError(f"{label} names neither a backend nor a platform")
+    if config.max_batch_size < 0:
+        raise ValueError(f"{label}: max_batch_size must be >= 0, got {config.max_batch_size}")
+    if not config.input or not config.output:
+        raise ValueError(f"{label} must declare at least one input and one output")
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for tensor in tensors:
+            if not tensor.name:
+                raise ValueError(f"{label}: an {kind} has no name")
+            if tensor.data_type == 0:
+                raise ValueError(f"{label}: {kind} '{tensor.name}' has no data_type")
+            if not tensor.dims and not tensor.HasField("reshape"):
+                raise ValueError(f"{label}: {kind} '{tensor.name}' has no dims")
+            if any(d < -1 or d == 0 for d in tensor.dims):
+                raise ValueError(
+                    f"{label}: {kind} '{tensor.name}' dims {list(tensor.dims)} must be > 0 or -1"
+                )
+
+
+def _pytriton_server_dir() -> pathlib.Path | None:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = pathlib.Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+    return path if (path / "bin" / "tritonserver").is_file() else None
+
+
+def _python_version(python: pathlib.Path) -> str:
+    if not python.exists():
+        raise RuntimeError(f"python_env has no bin/python: {python.parent.parent}")
+    if python.parent.parent.resolve() == pathlib.Path(sys.prefix).resolve():
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    code = "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _python_libdir(python: pathlib.Path) -> str:
+    """Where libpython lives, which the python backend stub links against."""
+    code = "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _client_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def validate_repository(repo) -> list[pathlib.Path]:
+    """Parse every config.pbtxt under ``repo``; ValueError naming the first bad file."""
+    configs = sorted(pathlib.Path(repo).rglob("config.pbtxt"))
+    if not configs:
+        raise ValueError(f"no config.pbtxt under {repo}")
+    for path in configs:
+        try:
+            parse_pbtxt(path.read_text())
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+    return configs
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m zoo.triton", description="Serve or check a Triton model repository."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run tritonserver on a model repository until Ctrl-C")
+    serve.add_argument("--model-repository", required=True)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--http-port", type=int, help="default: a free port")
+    serve.add_argument("--grpc-port", type=int, help="default: a free port")
+    serve.add_argument("--metrics-port", type=int, help="default: a free port")
+    serve.add_argument("--python-env", help="venv that runs python-backend models (default: this one)")
+    serve.add_argument("--log-path", help="tritonserver log file (default: a temp file)")
+    serve.add_argument("--startup-timeout", type=float, default=120)
+    validate = commands.add_parser("validate", help="parse every config.pbtxt under a repository")
+    validate.add_argument("model_repository")
+    args = parser.parse_args(argv)
+
+    if args.command == "validate":
+        try:
+            configs = validate_repository(args.model_repository)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        print(f"{len(configs)} config.pbtxt file(s) under {args.model_repository} are valid ModelConfigs")
+        return
+
+    server = TritonServer(
+        args.model_repository,
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        python_env=args.python_env,
+        log_path=args.log_path,
+        startup_timeout=args.startup_timeout,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background
+    try:
+        server.start()
+    except (RuntimeError, FileNotFoundError) as e:
+        raise SystemExit(str(e)) from None
+    print(
+        f"serving {args.model_repository}: HTTP {server.http_url}  gRPC {server.grpc_url}  log {server.log_path}"
+    )
+    print("Ctrl-C to stop", flush=True)
+    try:
+        code = server.process.wait()
+        raise SystemExit(f"tritonserver exited with code {code}:\n{server.log_tail()}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
