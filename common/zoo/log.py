@@ -66,13 +66,14 @@ class MetricsLogger:
         enabled: bool = True,
         total_steps: int | None = None,
         desc: str = "",
-        stream=sys.stderr,
+        stream=None,
         mlperf_benchmark: str | None = None,
     ):
         self.enabled = enabled
         self.total_steps = total_steps
         self.desc = desc
-        self.stream = stream
+        # Resolved per logger, not at import: a replaced sys.stderr (pytest, notebooks) is honoured.
+        self.stream = stream = sys.stderr if stream is None else stream
         self._file = None
         self._bar_open = False  # a progress line without its newline is on the stream
         self._last_step = None

@@ -27,6 +27,7 @@ from zoo.checkpoints import CheckpointError, atomic_write
 from zoo.dist import get_dist_env
 from zoo.log import MetricsLogger
 from zoo.recipe import load_recipe, parse_overrides
+from zoo.rng import rng_state, set_rng_state
 
 from resnet50.checkpoints import load_weights, read_checkpoint, resolve_weights
 from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
@@ -177,21 +178,6 @@ def autocast_context(device: torch.device, amp: str):
     if amp == "none":
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16 if amp == "bf16" else torch.float16)
-
-
-def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 # ---------------------------------------------------------------------------------------- evaluation

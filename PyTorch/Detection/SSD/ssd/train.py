@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from zoo.rng import rng_state, set_rng_state
 
 from ssd.boxes import default_boxes, match
 from ssd.data import DaliLoader, SyntheticLoader, build_loader
@@ -121,21 +122,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def build_loaders(a, r, rank, world, device):
@@ -331,7 +317,6 @@ def train(a: argparse.Namespace) -> dict:
         enabled=primary,
         total_steps=steps_per_epoch * stop,
         desc="train",
-        stream=sys.stderr,  # today's stderr (the default is bound when zoo.log is first imported)
     )
     scorer = AsyncScorer() if a.async_eval and primary and val_loader is not None else None
     eval_epochs = set(r["eval"].get("epochs", []))

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Training and inference throughput (and batch-1 latency) of our ResNet-50 next to torchvision's.
+set -euo pipefail
+MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
+PYTHON="${PYTHON:-python}"
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+  echo "Usage: scripts/benchmark.sh [--mode train|inference|both] [--variants a,b|all] [--batch-size N] [--json FILE]"
+  echo "Examples:"
+  echo "  scripts/benchmark.sh --mode train --variants tv-compile,ours-cudagraphs --json results/bench_train.json"
+  echo "  scripts/benchmark.sh --mode inference --variants tv-compile,ours-fp16-cudagraphs"
+  echo
+fi
+exec "${PYTHON}" -m resnet50.benchmark "$@"

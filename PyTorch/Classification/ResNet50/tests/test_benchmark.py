@@ -1,0 +1,93 @@
+"""The benchmark's pieces that carry meaning on any device: BN folding, parameter groups, overrides, the report."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from resnet50.benchmark import (
+    INFERENCE_VARIANTS,
+    TRAIN_VARIANTS,
+    _apply_overrides,
+    fold_batchnorm,
+    sgd_param_groups,
+)
+from resnet50.model import resnet50
+
+
+def test_fold_batchnorm_keeps_outputs_and_removes_every_bn():
+    torch.manual_seed(0)
+    net = resnet50(num_classes=10)
+    with torch.no_grad():
+        net.train()
+        net(torch.randn(8, 3, 32, 32))  # non-trivial running statistics
+    net.eval()
+    images = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        expected = net(images)
+        folded = fold_batchnorm(net)
+        got = folded(images)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_param_groups_exempt_bn_and_bias_from_weight_decay():
+    net = resnet50(num_classes=10)
+    decay, no_decay = sgd_param_groups(net, 1e-4)
+    assert decay["weight_decay"] == 1e-4 and no_decay["weight_decay"] == 0.0
+    assert all(p.ndim > 1 for p in decay["params"])
+    assert all(p.ndim == 1 for p in no_decay["params"])
+    # 53 BatchNorms x (weight, bias) + the classifier bias
+    assert len(no_decay["params"]) == 53 * 2 + 1
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(net.parameters()))
+
+
+def test_overrides_parse_types_and_reject_unknown_levers():
+    table = _apply_overrides(
+        TRAIN_VARIANTS,
+        ["ours-bf16.batch_size=384", "ours-bf16.channels_last=false", "ours-bf16.compile_mode=none"],
+    )
+    v = table["ours-bf16"]
+    assert (v.batch_size, v.channels_last, v.compile_mode) == (384, False, None)
+    assert TRAIN_VARIANTS["ours-bf16"].batch_size is None  # the defaults are untouched
+    with pytest.raises(SystemExit, match="no lever"):
+        _apply_overrides(TRAIN_VARIANTS, ["ours-bf16.warp_speed=9"])
+    with pytest.raises(SystemExit, match="VARIANT.LEVER=VALUE"):
+        _apply_overrides(INFERENCE_VARIANTS, ["ours-bf16"])
+
+
+def test_benchmark_script_reports_both_modes_on_cpu(model_dir, tmp_path):
+    report = tmp_path / "bench.json"
+    cmd = [
+        "bash", str(model_dir / "scripts" / "benchmark.sh"),
+        "--device", "cpu", "--variants", "tv-eager,ours-eager",
+        "--override", "tv-eager.precision=fp32", "--override", "ours-eager.precision=fp32",
+        "--batch-size", "2", "--image-size", "32", "--num-classes", "10",
+        "--warmup", "1", "--iters", "2", "--windows", "2", "--latency-iters", "3",
+        "--json", str(report),
+    ]  # fmt: skip
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable}
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(report.read_text())
+    assert data["schema"] == "zoo.bench/v1"
+    rows = {(r["mode"], r["variant"]): r for r in data["results"]}
+    assert set(rows) == {
+        ("train", "tv-eager"),
+        ("train", "ours-eager"),
+        ("inference", "tv-eager"),
+        ("inference", "ours-eager"),
+    }
+    for r in rows.values():
+        assert r["images_per_s"] > 0
+        assert len(r["images_per_s_windows"]) == 2
+    assert rows[("train", "ours-eager")]["levers"]["fused_optimizer"] is True
+    assert rows[("inference", "tv-eager")]["levers"]["fold_bn"] is False
+    lat = rows[("inference", "ours-eager")]["latency_bs1_ms"]
+    assert 0 < lat["p50"] <= lat["p99"]
+    # The printed table carries a ratio against the torchvision row of each mode.
+    table_lines = [line for line in out.stdout.splitlines() if line.startswith(("train", "inference"))]
+    assert len(table_lines) == 4 and all("1.00x" in line for line in table_lines if "tv-eager" in line)
