@@ -223,6 +223,7 @@ def main(argv=None) -> dict | None:
         print(json.dumps(scores), flush=True)
     log.close()
     if dist.is_initialized():
+        dist.barrier()  # no rank tears the group down while another still uses it
         dist.destroy_process_group()
     return scores
 

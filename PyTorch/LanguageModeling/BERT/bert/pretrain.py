@@ -333,6 +333,7 @@ def main(argv=None) -> None:
     log.close()
     if dist.is_initialized():
         check_replicas_agree(model, env)
+        dist.barrier()  # no rank tears the group down while another still uses it
         dist.destroy_process_group()
 
 

@@ -93,12 +93,11 @@ def test_two_process_torchrun_keeps_replicas_identical(packed_data, tmp_path):
         "--device", "cpu", "--steps", "4", "--batch-size", "4", "--accumulation", "2", "--log-every", "2",
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0 and any(
-        s in proc.stderr.lower() for s in ("address already in use", "rendezvous")
-    ):
-        proc = subprocess.run(
-            cmd, env=env, capture_output=True, text=True, timeout=300
-        )  # a port race on a shared host
+    # Retried once for what a loaded shared host can cause outside our code: a port race, or gloo's
+    # threads aborting at process exit ("terminate called without an active exception", seen once).
+    transient = ("address already in use", "rendezvous", "terminate called without an active exception")
+    if proc.returncode != 0 and any(s in proc.stderr.lower() for s in transient):
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "weights identical on all 2 ranks" in proc.stdout
     assert "global batch 16 = 4 x 2 accumulation x 2 processes" in proc.stdout
