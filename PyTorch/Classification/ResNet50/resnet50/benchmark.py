@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.nn as nn
 
+from resnet50.train import parameter_groups
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -76,14 +78,6 @@ def build_model(variant: Variant, num_classes: int) -> nn.Module:
     from resnet50.model import resnet50
 
     return resnet50(num_classes=num_classes)
-
-
-def sgd_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """No weight decay on BatchNorm parameters and biases (the recipe's rule)."""
-    decay, no_decay = [], []
-    for p in model.parameters():
-        (no_decay if p.ndim <= 1 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def fold_batchnorm(model: nn.Module) -> nn.Module:
@@ -154,7 +148,7 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
     criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
     fused = {"fused": True} if variant.fused_optimizer else {}
     lr = 0.256 * batch / 256
-    optimizer = torch.optim.SGD(sgd_param_groups(model, 3.0517578125e-05), lr=lr, momentum=0.875, **fused)
+    optimizer = torch.optim.SGD(parameter_groups(model, 3.0517578125e-05), lr=lr, momentum=0.875, **fused)
     scaler = torch.amp.GradScaler(device.type, enabled=variant.precision == "fp16")
     forward = compile_model(model, variant)
 

@@ -12,9 +12,9 @@ from resnet50.benchmark import (
     TRAIN_VARIANTS,
     _apply_overrides,
     fold_batchnorm,
-    sgd_param_groups,
 )
 from resnet50.model import resnet50
+from resnet50.train import parameter_groups
 
 
 def test_fold_batchnorm_keeps_outputs_and_removes_every_bn():
@@ -34,8 +34,9 @@ def test_fold_batchnorm_keeps_outputs_and_removes_every_bn():
 
 
 def test_param_groups_exempt_bn_and_bias_from_weight_decay():
+    # the recipe's rule, shared by train.py and the benchmark
     net = resnet50(num_classes=10)
-    decay, no_decay = sgd_param_groups(net, 1e-4)
+    decay, no_decay = parameter_groups(net, 1e-4)
     assert decay["weight_decay"] == 1e-4 and no_decay["weight_decay"] == 0.0
     assert all(p.ndim > 1 for p in decay["params"])
     assert all(p.ndim == 1 for p in no_decay["params"])

@@ -69,8 +69,8 @@ def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
 
     With `--deterministic` the resumed run matched the unbroken one to 3e-12 on a quiet machine and 1e-5
     (momentum) on a loaded one (without it, multithreaded CPU kernels drift by up to a few % in momentum
-    after 8 steps); a resume that replayed or skipped batches, restarted the
-    schedule or lost the momentum is off by 1e-1 or more.
+    after 8 steps); a resume that replayed or skipped batches, restarted the schedule or lost the
+    momentum is off by 1e-1 or more.
     """
     common = ["--data-dir", digits_tfrecords, "--batch-size", 16, "--epochs", 2, "--steps-per-epoch", 4]
     common += ["--no-eval", "--set", "optimizer.lr_per_256=0.2", "--deterministic"]
