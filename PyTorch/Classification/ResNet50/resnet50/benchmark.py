@@ -39,6 +39,10 @@ class Variant:
     fold_bn: bool = True  # inference: BatchNorm folded into the preceding conv
     batch_size: int | None = None  # None: the --batch-size flag
     inductor: tuple[str, ...] = ()  # torch.compile(options=...) entries as "key=value"
+    # "synthetic": one batch already on the device; else a resnet50.data backend reading --data-dir
+    # ("gpu-decode", "gpu-decode-sync" = without the background prefetch thread, "pytorch", "dali-gpu")
+    data: str = "synthetic"
+    decode_batch: int = 0  # gpu-decode: images per decode call (0: the whole batch)
 
 
 TRAIN_VARIANTS = {
@@ -57,6 +61,18 @@ TRAIN_VARIANTS = {
     "ours-cdtune": Variant("ours-cdtune", inductor=("coordinate_descent_tuning=true",)),
     "ours-b384": Variant("ours-b384", compile_mode="reduce-overhead", batch_size=384),
     "ours-b512": Variant("ours-b512", compile_mode="reduce-overhead", batch_size=512),
+    # The real input pipeline (JPEG decode, random-resized crop, flip, normalise) from --data-dir.
+    "ours-jpeg": Variant("ours-jpeg", data="gpu-decode"),
+    "ours-jpeg-sync": Variant("ours-jpeg-sync", data="gpu-decode-sync"),
+    "ours-jpeg-chunk64": Variant("ours-jpeg-chunk64", data="gpu-decode", decode_batch=64),
+    "ours-cudagraphs-jpeg": Variant(
+        "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
+    ),
+    "ours-jpeg-pil": Variant("ours-jpeg-pil", data="pytorch"),
+    "ours-jpeg-dali": Variant("ours-jpeg-dali", data="dali-gpu"),
+    # The input pipeline alone: batches/s with no model.
+    "loader-gpu-decode": Variant("loader-gpu-decode", model="none", data="gpu-decode"),
+    "loader-pil": Variant("loader-pil", model="none", data="pytorch"),
 }
 INFERENCE_VARIANTS = {
     "tv-eager": Variant("tv-eager", "torchvision", compile_mode=None, cudnn_benchmark=False, fold_bn=False),
@@ -140,7 +156,118 @@ def _setup(variant: Variant, device: torch.device) -> None:
     torch.manual_seed(0)
 
 
+def make_jpeg_set(
+    root,
+    *,
+    unique: int = 12800,
+    samples: int = 51200,
+    classes: int = 100,
+    size=(500, 375),
+    quality: int = 90,
+    workers: int | None = None,
+) -> dict:
+    """An ImageNet-shaped folder of generated JPEGs for pipeline benchmarks.
+
+    ``unique`` distinct images (smooth colour fields, ellipses and noise: about 110 KB each at
+    500x375 and quality 90, near ImageNet's average file) are written once under ``_unique/``;
+    ``train/<class>/`` holds ``samples`` symbolic links to them, so an epoch is long enough that
+    the loader's per-epoch restart stays out of the timing. ``val/`` links the first images.
+    """
+    import os
+    import pathlib
+    from concurrent.futures import ProcessPoolExecutor
+
+    root = pathlib.Path(root)
+    classes = min(classes, unique)
+    done = root / ".complete"
+    if done.exists():
+        return json.loads(done.read_text())
+    unique_dir = root / "_unique"
+    unique_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(str(unique_dir / f"{i:06d}.jpg"), i, size, quality) for i in range(unique)]
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count()) as pool:
+        sizes = list(pool.map(_write_jpeg, jobs, chunksize=64))
+    for split, count in (("train", max(samples, classes)), ("val", max(classes, min(unique, 50 * classes)))):
+        for k in range(count):
+            folder = root / split / f"c{k % classes:04d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            link = folder / f"{k:07d}.jpg"
+            if not link.is_symlink():
+                link.symlink_to(unique_dir / f"{k % unique:06d}.jpg")
+    info = {"unique": unique, "samples": samples, "classes": classes, "size": list(size),
+            "mean_kb": sum(sizes) / len(sizes) / 1e3}  # fmt: skip
+    done.write_text(json.dumps(info))
+    return info
+
+
+def _write_jpeg(job) -> int:
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    path, seed, (width, height), quality = job
+    rng = np.random.default_rng(seed)
+    colours = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    image = Image.fromarray(colours).resize((width, height), Image.BICUBIC)
+    draw = ImageDraw.Draw(image)
+    for _ in range(12):
+        x0, y0 = int(rng.integers(0, width)), int(rng.integers(0, height))
+        x1, y1 = x0 + int(rng.integers(10, 200)), y0 + int(rng.integers(10, 150))
+        draw.ellipse([x0, y0, x1, y1], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
+    pixels = np.asarray(image, dtype=np.float32) + rng.normal(0, 24, (height, width, 3)).astype(np.float32)
+    Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path + ".tmp", "JPEG", quality=quality)
+    import os
+
+    os.replace(path + ".tmp", path)
+    return os.path.getsize(path)
+
+
+def real_batches(variant: Variant, args, device: torch.device, batch: int):
+    """Endless (images, labels) from --data-dir through the variant's input pipeline."""
+    from resnet50.data import DataConfig, build_loader, check_layout
+
+    if not args.data_dir:
+        raise SystemExit(f"variant {variant.name} reads JPEGs: give --data-dir (or --make-jpegs with it)")
+    backend = "gpu-decode" if variant.data == "gpu-decode-sync" else variant.data
+    classes = check_layout(args.data_dir)
+    cfg = DataConfig(
+        args.data_dir, backend=backend, batch_size=batch, image_size=args.image_size, workers=args.workers,
+        num_classes=len(classes), device=str(device), channels_last=variant.channels_last,
+        prefetch=variant.data != "gpu-decode-sync", decode_batch=variant.decode_batch,
+    )  # fmt: skip
+    loader = build_loader(cfg, "train", classes)
+    epoch = 0
+    while True:
+        yield from loader.epoch(epoch)
+        epoch += 1
+
+
+def bench_loader(variant: Variant, args, device: torch.device) -> dict:
+    """The input pipeline alone: batches drawn and made ready on the device, no model."""
+    batch = variant.batch_size or args.batch_size
+    batches = real_batches(variant, args, device, batch)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def step():
+        images, _ = next(batches)
+        return images
+
+    started = time.perf_counter()
+    step()
+    sync()
+    first_step_s = time.perf_counter() - started
+    seconds = _timed_windows(step, sync, args.warmup, args.iters, args.windows)
+    per_window = [batch * args.iters / s for s in seconds]
+    batches.close()
+    return {
+        "mode": "train", "variant": variant.name, "levers": asdict(variant), "batch_size": batch,
+        "images_per_s": statistics.median(per_window), "images_per_s_windows": per_window,
+        "first_step_s": first_step_s, "max_memory_gib": None,
+    }  # fmt: skip
+
+
 def bench_train(variant: Variant, args, device: torch.device) -> dict:
+    if variant.model == "none":
+        return bench_loader(variant, args, device)
     _setup(variant, device)
     batch = variant.batch_size or args.batch_size
     memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
@@ -155,8 +282,12 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
     images = torch.randn(batch, 3, args.image_size, args.image_size, device=device)
     images = images.contiguous(memory_format=memory_format)
     labels = torch.randint(0, args.num_classes, (batch,), device=device)
+    batches = None if variant.data == "synthetic" else real_batches(variant, args, device, batch)
 
     def step():
+        nonlocal images, labels
+        if batches is not None:
+            images, labels = next(batches)
         optimizer.zero_grad(set_to_none=True)
         with _autocast(device, variant.precision):
             loss = criterion(forward(images), labels)
@@ -177,6 +308,8 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
             file=sys.stderr,
             flush=True,
         )
+    if batches is not None:
+        batches.close()
     return {
         "mode": "train",
         "variant": variant.name,
@@ -308,7 +441,20 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--profile", action="store_true", help="print GPU time per kernel family for each train variant"
     )
     p.add_argument("--json", dest="json_path", help="write the report here (zoo.bench schema)")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--data-dir", help="ImageNet-style folder for the real-pipeline variants (ours-jpeg*, loader-*)"
+    )
+    p.add_argument(
+        "--workers", type=int, default=8, help="loader worker processes for real-pipeline variants"
+    )
+    p.add_argument(
+        "--make-jpegs", type=int, metavar="N", default=0,
+        help="first generate N distinct 500x375 JPEGs into --data-dir (with 4x as many training samples)",
+    )  # fmt: skip
+    args = p.parse_args(argv)
+    if args.make_jpegs and not args.data_dir:
+        p.error("--make-jpegs needs --data-dir")
+    return args
 
 
 def _apply_overrides(table: dict[str, Variant], overrides: list[str]) -> dict[str, Variant]:
@@ -328,7 +474,7 @@ def _apply_overrides(table: dict[str, Variant], overrides: list[str]) -> dict[st
             parsed = value.lower() in ("1", "true", "yes")
         elif lever == "inductor":
             parsed = tuple(v for v in value.split(";") if v)
-        elif lever == "batch_size":
+        elif lever in ("batch_size", "decode_batch"):
             parsed = int(value)
         else:
             parsed = None if value.lower() == "none" else value
@@ -374,6 +520,14 @@ def main(argv=None) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda asked for, but no CUDA device is visible")
     results = []
+    if args.make_jpegs:
+        started = time.perf_counter()
+        info = make_jpeg_set(args.data_dir, unique=args.make_jpegs, samples=4 * args.make_jpegs)
+        print(
+            f"JPEG set {args.data_dir}: {info} ({time.perf_counter() - started:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     modes = ["train", "inference"] if args.mode == "both" else [args.mode]
     for mode in modes:
         table = _apply_overrides(TRAIN_VARIANTS if mode == "train" else INFERENCE_VARIANTS, args.override)

@@ -51,6 +51,8 @@ class DataConfig:
     world_size: int = 1
     device: str = "cpu"
     channels_last: bool = False
+    prefetch: bool = True  # gpu-decode on CUDA: decode the next batches in a background thread
+    decode_batch: int = 0  # gpu-decode: images per decode call (0: the whole batch in one call)
 
 
 def val_resize_size(image_size: int) -> int:
@@ -277,13 +279,13 @@ class EpochLoader:
             yield images, labels
 
 
-def _data_loader(dataset, sampler, cfg: DataConfig, collate_fn=None):
+def _data_loader(dataset, sampler, cfg: DataConfig, collate_fn=None, pin_memory=True):
     return torch.utils.data.DataLoader(
         dataset,
         batch_size=cfg.batch_size,
         sampler=sampler,
         num_workers=cfg.workers,
-        pin_memory=torch.device(cfg.device).type == "cuda",
+        pin_memory=pin_memory and torch.device(cfg.device).type == "cuda",
         persistent_workers=False,
         prefetch_factor=4 if cfg.workers > 0 else None,
         collate_fn=collate_fn,
@@ -303,11 +305,37 @@ def build_pytorch_loader(cfg: DataConfig, split: str, classes: list[str]) -> Epo
 
 
 # --------------------------------------------------------------------------------- gpu-decode backend
-class JpegBytesDataset(torch.utils.data.Dataset):
-    """Workers only read the encoded bytes; decoding happens batched on the device."""
+def crop_box(height: int, width: int, image_size: int, train: bool, crop_scale, generator):
+    """(x1, y1, x2, y2) of the region that becomes the ``image_size`` square, and the flip draw.
 
-    def __init__(self, samples):
-        self.samples, self.epoch = samples, 0
+    Training: the random-resized-crop box (the same draws as the ``pytorch`` backend). Validation:
+    the region that the short-side resize + centre crop keeps, in source pixels.
+    """
+    if train:
+        top, left, h, w = random_resized_crop_box(height, width, crop_scale, generator=generator)
+        flip = float(torch.rand(1, generator=generator)) < 0.5
+        return (left, top, left + w, top + h), flip
+    # torchvision's Resize(short) then CenterCrop(size), mapped back to source pixels
+    short = val_resize_size(image_size)
+    if height <= width:
+        resized_h, resized_w = short, int(short * width / height)
+    else:
+        resized_h, resized_w = int(short * height / width), short
+    top, left = int(round((resized_h - image_size) / 2)), int(round((resized_w - image_size) / 2))
+    sy, sx = height / resized_h, width / resized_w
+    return (left * sx, top * sy, (left + image_size) * sx, (top + image_size) * sy), False
+
+
+class JpegBytesDataset(torch.utils.data.Dataset):
+    """Workers read the encoded bytes and the JPEG header only; decoding happens batched on the device.
+
+    Each item also carries its crop box and flip, drawn from the per-sample generator: the
+    augmentation parameters cost the main process nothing.
+    """
+
+    def __init__(self, samples, image_size: int, train: bool, crop_scale=(0.08, 1.0), seed: int = 0):
+        self.samples, self.image_size, self.train = samples, image_size, train
+        self.crop_scale, self.seed, self.epoch = crop_scale, seed, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -316,32 +344,91 @@ class JpegBytesDataset(torch.utils.data.Dataset):
         return len(self.samples)
 
     def __getitem__(self, index: int):
-        # Plain bytes travel through the worker queue as one pickle; a tensor per image would need
-        # one shared-memory file descriptor each.
+        import io
+
+        from PIL import Image, UnidentifiedImageError
+
         path, label = self.samples[index]
         with open(path, "rb") as f:
-            return f.read(), label, index
+            data = f.read()
+        try:
+            with Image.open(io.BytesIO(data)) as image:  # the header only: no pixels decoded here
+                width, height = image.size
+                kind = image.format
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+            raise DataError(f"corrupt or unreadable image {path}: {one_line(e)}") from None
+        if kind != "JPEG":
+            raise DataError(f"{path} is {kind}, not JPEG: --data-backend gpu-decode reads JPEG only")
+        generator = sample_generator(self.seed, self.epoch, index) if self.train else None
+        box, flip = crop_box(height, width, self.image_size, self.train, self.crop_scale, generator)
+        return data, label, index, box, flip
 
 
 def collate_encoded(batch):
-    data, labels, indices = zip(*batch, strict=True)
-    return list(data), torch.tensor(labels), torch.tensor(indices)
+    """One flat uint8 tensor of all encoded images (one shared-memory block per batch, not one per
+    image) with their offsets, and the labels, indices, boxes and flips as tensors."""
+    import numpy as np
+
+    data, labels, indices, boxes, flips = zip(*batch, strict=True)
+    sizes = [len(d) for d in data]
+    offsets = torch.zeros(len(data) + 1, dtype=torch.int64)
+    offsets[1:] = torch.tensor(sizes).cumsum(0)
+    flat = torch.from_numpy(np.frombuffer(b"".join(data), dtype=np.uint8).copy())
+    return (
+        flat, offsets, torch.tensor(labels), torch.tensor(indices),
+        torch.tensor(boxes, dtype=torch.float32), torch.tensor(flips, dtype=torch.bool),
+    )  # fmt: skip
+
+
+def crop_resize(images: list, boxes: torch.Tensor, size: int) -> torch.Tensor:
+    """Cut each box out of its image and resize it to ``size`` x ``size``: float32 [N, 3, size, size].
+
+    ``torchvision.ops.roi_align`` does the crop and the resize of a whole group of same-sized
+    images in one kernel; its adaptive sampling (ceil(box / size) points per output pixel and
+    axis, averaged) low-pass filters downscaled crops as an antialiased resize does. Images are
+    grouped by size so that each group is one exact-size tensor (edges clamp to the image, never to
+    padding).
+    """
+    from torchvision.ops import roi_align
+
+    device = images[0].device
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, image in enumerate(images):
+        groups.setdefault(tuple(image.shape[1:]), []).append(i)
+    out = torch.empty(len(images), 3, size, size, dtype=torch.float32, device=device)
+    boxes = boxes.to(device, non_blocking=True)
+    for members in groups.values():
+        stacked = torch.stack([images[i] for i in members]).float()
+        where = torch.tensor(members, device=device)
+        rois = torch.cat(
+            [torch.arange(len(members), device=device, dtype=torch.float32)[:, None], boxes[where]], 1
+        )
+        crops = roi_align(stacked, rois, output_size=size, spatial_scale=1.0, sampling_ratio=-1, aligned=True)
+        out.index_copy_(0, where, crops)
+    return out
 
 
 class DeviceDecoder:
-    """Decode a list of JPEGs with ``torchvision.io.decode_jpeg(device=...)``, crop, flip and normalise there."""
+    """Decode a batch with ``torchvision.io.decode_jpeg(device=...)`` (nvJPEG, the hardware JPEG
+    engine where the GPU has one), then crop + resize, flip and normalise there."""
 
-    def __init__(self, samples, image_size, train, crop_scale, seed, device):
-        self.samples, self.image_size, self.train = samples, image_size, train
-        self.crop_scale, self.seed, self.device = crop_scale, seed, torch.device(device)
+    def __init__(self, samples, image_size, device, decode_batch: int = 0):
+        self.samples, self.image_size, self.device = samples, image_size, torch.device(device)
+        self.decode_batch = decode_batch
         self.mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1) * 255
-        self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        pass  # the workers draw the augmentation
 
     def decode(self, data: list, indices: torch.Tensor) -> list:
+        step = self.decode_batch or len(data)
+        images = []
+        for start in range(0, len(data), step):
+            images += self._decode(data[start : start + step], indices[start : start + step])
+        return images
+
+    def _decode(self, data: list, indices: torch.Tensor) -> list:
         from torchvision.io import ImageReadMode, decode_jpeg
 
         try:
@@ -356,48 +443,112 @@ class DeviceDecoder:
                     raise DataError(f"corrupt or unreadable JPEG {path}: {one_line(e)}") from None
             raise
 
-    def __call__(self, data: list, labels: torch.Tensor, indices: torch.Tensor):
-        import torch.nn.functional as F
-
-        data = [torch.frombuffer(bytearray(encoded), dtype=torch.uint8) for encoded in data]
+    def __call__(self, flat, offsets, labels, indices, boxes, flips):
+        bounds = offsets.tolist()
+        data = [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
         images = self.decode(data, indices)
-        size = self.image_size
-        crops, flips = [], []
-        for image, index in zip(images, indices.tolist(), strict=True):
-            _, height, width = image.shape
-            if self.train:
-                generator = sample_generator(self.seed, self.epoch, index)
-                top, left, h, w = random_resized_crop_box(height, width, self.crop_scale, generator=generator)
-                flips.append(float(torch.rand(1, generator=generator)) < 0.5)
-                crop = image[:, top : top + h, left : left + w]
-                crops.append(
-                    F.interpolate(crop[None].float(), size=(size, size), mode="bilinear", antialias=True)
-                )
-            else:
-                short = val_resize_size(size)
-                scale = short / min(height, width)
-                resized_hw = (max(size, round(height * scale)), max(size, round(width * scale)))
-                resized = F.interpolate(image[None].float(), size=resized_hw, mode="bilinear", antialias=True)
-                top, left = (resized_hw[0] - size) // 2, (resized_hw[1] - size) // 2
-                crops.append(resized[:, :, top : top + size, left : left + size])
-        batch = torch.cat(crops)
-        if self.train:
-            flip = torch.tensor(flips, device=batch.device).view(-1, 1, 1, 1)
+        batch = crop_resize(images, boxes, self.image_size)
+        if bool(flips.any()):
+            flip = flips.to(batch.device, non_blocking=True).view(-1, 1, 1, 1)
             batch = torch.where(flip, batch.flip(3), batch)
         return (batch - self.mean) / self.std, labels
+
+
+class DevicePrefetcher:
+    """Runs ``transform`` on the next batches in a background thread and its own CUDA stream, so
+    that decoding overlaps the training step; hands them over in order, with the stream ordering
+    that makes them safe to use on the consumer's stream."""
+
+    def __init__(
+        self, iterable, transform, device: torch.device, depth: int = 2, channels_last: bool = False
+    ):
+        import queue
+        import threading
+
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.stream = torch.cuda.Stream(device)
+        self.device, self.channels_last = device, channels_last
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(iterable, transform), daemon=True)
+        self.thread.start()
+
+    def _run(self, iterable, transform) -> None:
+        try:
+            with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                for raw in iterable:
+                    if self.stop.is_set():
+                        return
+                    images, labels = transform(*raw)
+                    if self.channels_last:
+                        images = images.contiguous(memory_format=torch.channels_last)
+                    labels = labels.to(self.device, non_blocking=True)
+                    event = torch.cuda.Event()
+                    event.record(self.stream)
+                    self._put(("batch", images, labels, event))
+            self._put(("end", None, None, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put(("error", e, None, None))
+
+    def _put(self, item) -> None:
+        import queue
+
+        while not self.stop.is_set():
+            try:
+                self.queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self):
+        try:
+            while True:
+                kind, images, labels, event = self.queue.get()
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise images
+                stream = torch.cuda.current_stream(self.device)
+                stream.wait_event(event)
+                images.record_stream(stream)
+                labels.record_stream(stream)
+                yield images, labels
+        finally:
+            self.stop.set()
+            self.thread.join(timeout=10)
+
+
+class GpuDecodeLoader(EpochLoader):
+    """EpochLoader whose batches are decoded on the device, one or two batches ahead on CUDA."""
+
+    def __init__(self, *args, prefetch: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prefetch = prefetch and self.device.type == "cuda"
+
+    def epoch(self, epoch: int, start_batch: int = 0):
+        if not self.prefetch:
+            yield from super().epoch(epoch, start_batch)
+            return
+        self.sampler.set_epoch(epoch, start_batch)
+        self.dataset.set_epoch(epoch)
+        # the loader's workers start here, in this thread; the prefetcher's thread only reads them
+        batches = iter(self.loader)
+        yield from DevicePrefetcher(batches, self.transform, self.device, channels_last=self.channels_last)
 
 
 def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> EpochLoader:
     train = split == "train"
     samples = list_samples(pathlib.Path(cfg.data_dir) / split, classes)
-    dataset = JpegBytesDataset(samples)
+    dataset = JpegBytesDataset(samples, cfg.image_size, train, cfg.crop_scale, cfg.seed)
     sampler = ShardedSampler(
         len(samples), cfg.batch_size, rank=cfg.rank, world_size=cfg.world_size,
         shuffle=train, seed=cfg.seed, drop_last=train,
     )  # fmt: skip
-    decoder = DeviceDecoder(samples, cfg.image_size, train, cfg.crop_scale, cfg.seed, cfg.device)
-    loader = _data_loader(dataset, sampler, cfg, collate_fn=collate_encoded)
-    return EpochLoader(loader, sampler, dataset, cfg.device, cfg.channels_last, transform=decoder)
+    decoder = DeviceDecoder(samples, cfg.image_size, cfg.device, cfg.decode_batch)
+    # The encoded bytes are read by nvJPEG from host memory: pinning them first would be one more copy.
+    loader = _data_loader(dataset, sampler, cfg, collate_fn=collate_encoded, pin_memory=False)
+    return GpuDecodeLoader(
+        loader, sampler, dataset, cfg.device, cfg.channels_last, transform=decoder, prefetch=cfg.prefetch
+    )
 
 
 # ------------------------------------------------------------------------------------------ synthetic

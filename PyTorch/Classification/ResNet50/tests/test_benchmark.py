@@ -92,3 +92,39 @@ def test_benchmark_script_reports_both_modes_on_cpu(model_dir, tmp_path):
     # The printed table carries a ratio against the torchvision row of each mode.
     table_lines = [line for line in out.stdout.splitlines() if line.startswith(("train", "inference"))]
     assert len(table_lines) == 4 and all("1.00x" in line for line in table_lines if "tv-eager" in line)
+
+
+def test_benchmark_real_jpeg_pipeline_on_cpu(model_dir, tmp_path):
+    """--make-jpegs writes an ImageNet-shaped set; the loader-only and training variants read it."""
+    data, report = tmp_path / "jpegs", tmp_path / "bench.json"
+    cmd = [
+        "bash", str(model_dir / "scripts" / "benchmark.sh"),
+        "--device", "cpu", "--mode", "train", "--variants", "loader-gpu-decode,ours-jpeg",
+        "--override", "ours-jpeg.precision=fp32", "--override", "ours-jpeg.compile_mode=none",
+        "--data-dir", str(data), "--make-jpegs", "12", "--workers", "1",
+        "--batch-size", "4", "--image-size", "32", "--warmup", "1", "--iters", "2", "--windows", "1",
+        "--json", str(report),
+    ]  # fmt: skip
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable}
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    info = json.loads((data / ".complete").read_text())
+    assert info["unique"] == 12 and info["classes"] == 12
+    assert 50 < info["mean_kb"] < 250  # ImageNet-like files (its average is about 110 KB)
+    assert len(list((data / "_unique").glob("*.jpg"))) == 12
+    assert len(list((data / "train").rglob("*.jpg"))) == 48
+    rows = {r["variant"]: r for r in json.loads(report.read_text())["results"]}
+    assert set(rows) == {"loader-gpu-decode", "ours-jpeg"}
+    assert rows["ours-jpeg"]["levers"]["data"] == "gpu-decode"
+    assert all(r["images_per_s"] > 0 for r in rows.values())
+
+
+def test_real_pipeline_variant_without_data_dir_is_one_line(model_dir):
+    out = subprocess.run(
+        ["bash", str(model_dir / "scripts" / "benchmark.sh"), "--device", "cpu", "--mode", "train",
+         "--variants", "loader-pil"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines()[-1].startswith("variant loader-pil reads JPEGs: give --data-dir")

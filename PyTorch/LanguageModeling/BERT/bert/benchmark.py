@@ -79,7 +79,11 @@ def make_step(
     autocast = dict(device_type=device_type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
     if kind == "ours":
         if optimizer_name.startswith("lamb"):
-            implementations = {"lamb": "fused_adam", "lamb-foreach": "foreach", "lamb-compiled": "compiled"}
+            implementations = {
+                "lamb": "triton" if device_type == "cuda" else "foreach",
+                "lamb-triton": "triton", "lamb-fused": "fused_adam", "lamb-foreach": "foreach",
+                "lamb-compiled": "compiled",
+            }  # fmt: skip
             implementation = implementations[optimizer_name]
             optimizer = Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation=implementation)
         else:
@@ -120,28 +124,32 @@ def make_step(
         optimizer.zero_grad(set_to_none=True)
         return loss
 
+    step.optimizer = optimizer
     return step
 
 
-def time_steps(step, *, items: int, warmup: int, iters: int, sync) -> dict:
-    try:
-        from zoo.bench import time_loop
-    except ImportError:  # the GPU image may carry only torch + transformers
-        time_loop = None
-    if time_loop is not None:
-        return time_loop(step, items_per_call=items, warmup=warmup, iters=iters, sync=sync)
+def time_steps(step, *, items: int, warmup: int, iters: int, windows: int, sync) -> dict:
+    """Throughput over ``windows`` runs of ``iters`` steps after ``warmup`` steps; the clock is
+    read (after a sync) only at window ends, so the host may run ahead of the GPU as in training.
+    The median window is reported."""
+    import statistics
+
     for _ in range(warmup):
         step()
     sync()
-    began = time.perf_counter()
-    for _ in range(iters):
-        step()
-    sync()
-    seconds = time.perf_counter() - began
+    per_window = []
+    for _ in range(windows):
+        began = time.perf_counter()
+        for _ in range(iters):
+            step()
+        sync()
+        per_window.append(items * iters / (time.perf_counter() - began))
+    throughput = statistics.median(per_window)
     return {
-        "throughput": items * iters / seconds,
-        "latency_ms": {"mean": 1000 * seconds / iters},
-        "steps": iters,
+        "throughput": throughput,
+        "throughput_windows": per_window,
+        "step_ms": 1000 * items / throughput,
+        "steps": iters * windows,
     }
 
 
@@ -174,7 +182,11 @@ def run(args) -> list[dict]:
         first_loss = float(step().detach())
         sync()
         first_step_s = time.perf_counter() - began
-        summary = time_steps(step, items=args.batch_size, warmup=args.warmup, iters=args.iters, sync=sync)
+        summary = time_steps(
+            step, items=args.batch_size, warmup=args.warmup, iters=args.iters, windows=args.windows, sync=sync
+        )
+        tables = getattr(step.optimizer, "_tables", {})
+        rebuilds = sum(t.rebuilds for t in tables.values()) if tables else None
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
         results.append(
             {
@@ -191,6 +203,7 @@ def run(args) -> list[dict]:
                 "first_loss": first_loss,
                 "sequences_per_s": summary["throughput"],
                 "peak_memory_gib": peak,
+                "lamb_grad_table_builds": rebuilds,
                 **summary,
             }
         )
@@ -215,14 +228,19 @@ def optimizer_only(args) -> list[dict]:
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
     variants = {
+        "lamb-triton": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation="triton"),
         "lamb-foreach": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4),
         "lamb-fused": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation="fused_adam"),
         "lamb-compiled": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation="compiled"),
         "adamw-fused": lambda: torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda"),
     }
     results = []
-    for name, make in variants.items():
-        optimizer = make()
+    chosen = args.optimizers.split(",") if args.optimizers else list(variants)
+    unknown = sorted(set(chosen) - set(variants))
+    if unknown:
+        raise SystemExit(f"--optimizers: unknown {unknown}; known: {', '.join(variants)}")
+    for name in chosen:
+        optimizer = variants[name]()
         for _ in range(args.warmup):
             optimizer.step()
         sync()
@@ -259,19 +277,26 @@ def main(argv=None) -> None:
         "--compile", action=argparse.BooleanOptionalAction, default=None, help="default: on for CUDA"
     )
     p.add_argument(
-        "--ours-optimizer", choices=["lamb", "lamb-foreach", "lamb-compiled", "adamw"], default="lamb",
-        help="ours: LAMB on the fused Adam kernel (default), LAMB with foreach ops, LAMB compiled per tensor, or fused AdamW",
+        "--ours-optimizer", default="lamb",
+        choices=["lamb", "lamb-triton", "lamb-fused", "lamb-foreach", "lamb-compiled", "adamw"],
+        help="ours: LAMB (default: the Triton kernels on a GPU, foreach ops on a CPU), LAMB on the fused Adam "
+        "kernel, with foreach ops, compiled per tensor, or fused AdamW",
     )  # fmt: skip
     p.add_argument("--compile-optimizer", action="store_true", help="ours: torch.compile the optimizer step")
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--iters", type=int, default=50, help="steps in each timed window")
+    p.add_argument("--windows", type=int, default=3, help="timed windows; the median is reported")
     p.add_argument("--models", nargs="+", choices=["ours", "hf"], default=["ours", "hf"])
     p.add_argument("--device", default=None)
     p.add_argument("--output", default="results/benchmark.json", help="JSON report")
     p.add_argument("--optimizer-only", action="store_true", help="time the optimizer variants' steps alone")
+    p.add_argument(
+        "--optimizers", help="with --optimizer-only: comma-separated subset of "
+        "lamb-triton,lamb-foreach,lamb-fused,lamb-compiled,adamw-fused",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.tiny:
-        args.model, args.batch_size, args.warmup, args.iters = "bert-tiny", 8, 2, 5
+        args.model, args.batch_size, args.warmup, args.iters, args.windows = "bert-tiny", 8, 2, 5, 2
         args.vocab_size = min(args.vocab_size, 2000)
     if args.optimizer_only:
         print(json.dumps(optimizer_only(args)))

@@ -29,18 +29,21 @@ class Lamb(torch.optim.Optimizer):
     ):
         """implementation: "foreach" (multi-tensor ops, ~30 passes over the state), "fused_adam"
         (PyTorch's fused Adam kernel computes the Adam direction into a scratch buffer in one pass,
-        then weight decay, trust ratio and the update: about half the memory traffic),
+        then weight decay, trust ratio and the update: about 21 passes), "triton" (two Triton
+        kernels over all tensors of a group, about 11 passes: bert/lamb_triton.py; CUDA only),
         "per_tensor" (one plain function per chunk of tensors) or "compiled" (that function
-        through torch.compile)."""
+        through torch.compile). All keep the same state, so a checkpoint moves between them."""
         if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"bad LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
-        if implementation not in ("foreach", "per_tensor", "compiled", "fused_adam"):
+        if implementation not in IMPLEMENTATIONS:
             raise ValueError(f"unknown LAMB implementation {implementation!r}")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt=adapt)
         super().__init__(params, defaults)
         self.max_grad_norm = max_grad_norm
         self.implementation = implementation
         self._scratch: dict[torch.Tensor, torch.Tensor] = {}
+        self._tables: dict[int, object] = {}  # triton: per-group address tables
+        self._host_step: dict[int, int] = {}  # triton: the step count, kept on the host too
         self._update = _update_tensors
         if implementation == "compiled":
             import torch._dynamo
@@ -60,7 +63,7 @@ class Lamb(torch.optim.Optimizer):
             # global norm over every gradient; the division stays on the device (no host sync)
             total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads_all, 2.0)), 2.0)
             clip = torch.clamp(total / self.max_grad_norm, min=1.0)
-        for group in self.param_groups:
+        for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
@@ -78,6 +81,9 @@ class Lamb(torch.optim.Optimizer):
             v = [self.state[p]["exp_avg_sq"] for p in params]
             beta1, beta2 = group["betas"]
             torch._foreach_add_(steps, 1.0)
+            if self.implementation == "triton":
+                self._step_triton(index, group, params, grads, m, v, steps, clip)
+                continue
             if self.implementation == "fused_adam":
                 self._step_fused_adam(group, params, grads, m, v, steps)
                 continue
@@ -109,7 +115,10 @@ class Lamb(torch.optim.Optimizer):
     def _step_fused_adam(self, group, params, grads, m, v, steps) -> None:
         beta1, beta2 = group["betas"]
         # scratch buffers kept out of `state`, so checkpoints do not carry them
-        update = [self._scratch.setdefault(p, torch.zeros_like(p)) for p in params]
+        for p in params:
+            if p not in self._scratch:
+                self._scratch[p] = torch.empty_like(p)
+        update = [self._scratch[p] for p in params]
         torch._foreach_zero_(update)
         # lr=-1 on a zero buffer: update = m^ / (sqrt(v^) + eps), moments advanced in place
         torch._fused_adam_(
@@ -124,6 +133,30 @@ class Lamb(torch.optim.Optimizer):
             ratios = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
             torch._foreach_mul_(update, list(ratios.unbind(0)))
         torch._foreach_add_(params, update, alpha=-group["lr"])
+
+    def _step_triton(self, index, group, params, grads, m, v, steps, clip) -> None:
+        from bert import lamb_triton
+
+        tables = self._tables.get(index)
+        if tables is None or tables.ids != tuple(map(id, params)):
+            tables = self._tables[index] = lamb_triton.GroupTables(params, m, v)
+        if index not in self._host_step:
+            self._host_step[index] = int(steps[0].item()) - 1  # once: after a start or a load
+        self._host_step[index] += 1
+        if clip is None:
+            clip = torch.ones((), dtype=torch.float32, device=params[0].device)
+        beta1, beta2 = group["betas"]
+        lamb_triton.lamb_group_step(
+            tables, grads, clip, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+            weight_decay=group["weight_decay"], adapt=group["adapt"], step=self._host_step[index],
+        )  # fmt: skip
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        # new state tensors: the address tables and the host step count are rebuilt
+        self._tables.clear()
+        self._host_step.clear()
+        self._scratch.clear()
 
     def _step_per_tensor(self, group, params, grads, m, v, step, clip) -> None:
         beta1, beta2 = group["betas"]
@@ -142,6 +175,7 @@ class Lamb(torch.optim.Optimizer):
             )  # fmt: skip
 
 
+IMPLEMENTATIONS = ("foreach", "fused_adam", "triton", "per_tensor", "compiled")
 _CHUNK = 16  # tensors per update call: small enough to compile quickly, large enough to amortise calls
 
 
