@@ -92,3 +92,15 @@ def test_gpu_decode_matches_the_pytorch_backend(tmp_path, split):
     assert other_sample > 10 * error
     if split == "train":
         assert float((ours.flip(3) - reference).abs().mean()) > 10 * error  # flips agree
+
+
+def test_gpu_decode_in_smaller_decode_calls_gives_the_same_batch(digits16):
+    batches = []
+    for decode_batch in (0, 5):
+        cfg = DataConfig(
+            str(digits16), backend="gpu-decode", batch_size=16, image_size=16, workers=0, num_classes=10,
+            decode_batch=decode_batch,
+        )  # fmt: skip
+        batches.append(next(iter(build_loader(cfg, "train").epoch(1))))
+    torch.testing.assert_close(batches[0][0], batches[1][0], rtol=0, atol=0)
+    assert torch.equal(batches[0][1], batches[1][1])

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from bert.convert import ours_to_hf
-from bert.lamb import Lamb, parameter_groups
+from bert.lamb import Lamb, lamb_implementation, parameter_groups
 from bert.model import BertForPreTraining, bert_config
 
 
@@ -80,7 +80,7 @@ def make_step(
     if kind == "ours":
         if optimizer_name.startswith("lamb"):
             implementations = {
-                "lamb": "triton" if device_type == "cuda" else "foreach",
+                "lamb": lamb_implementation("auto", device_type),
                 "lamb-triton": "triton", "lamb-fused": "fused_adam", "lamb-foreach": "foreach",
                 "lamb-compiled": "compiled",
             }  # fmt: skip

@@ -149,7 +149,9 @@ class GroupTables:
                     raise ValueError("LAMB implementation 'triton' needs contiguous float32 gradients")
             # pinned + non_blocking: a plain copy from pageable memory would wait for the whole
             # backward pass queued before it, and the host would stop running ahead of the GPU
-            host = torch.tensor(ptrs, dtype=torch.int64).pin_memory()
+            host = torch.tensor(ptrs, dtype=torch.int64)
+            if self.p_table.is_cuda:
+                host = host.pin_memory()
             self.g_table = host.to(self.p_table.device, non_blocking=True)
             self.grad_ptrs = ptrs
             self.rebuilds += 1

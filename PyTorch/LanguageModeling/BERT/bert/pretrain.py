@@ -25,7 +25,7 @@ from zoo.recipe import load_recipe, parse_overrides
 
 from bert import convert
 from bert.data import PretrainingBatches, PretrainingData, SampleSpec, SyntheticBatches
-from bert.lamb import Lamb, parameter_groups, warmup_poly_schedule
+from bert.lamb import Lamb, lamb_implementation, parameter_groups, warmup_poly_schedule
 from bert.model import BertForPreTraining, bert_config, parameter_count, pretraining_loss
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
@@ -204,13 +204,17 @@ def main(argv=None) -> None:
     model = build_model(recipe, vocab_size, spec.nsp, args.init_checkpoint).to(device)
 
     opt_cfg = recipe["optimizer"]
+    try:
+        implementation = lamb_implementation(opt_cfg.get("implementation", "auto"), device)
+    except ValueError as e:
+        raise SystemExit(f"recipe optimizer.implementation: {e}") from None
     optimizer = Lamb(
         parameter_groups(model, opt_cfg["weight_decay"]),
         lr=opt_cfg["lr"],
         betas=tuple(opt_cfg.get("betas", (0.9, 0.999))),
         eps=opt_cfg.get("eps", 1e-6),
         max_grad_norm=opt_cfg.get("max_grad_norm", 1.0),
-        implementation=opt_cfg.get("implementation", "foreach"),
+        implementation=implementation,
     )
     total_steps = recipe["steps"]
     schedule = warmup_poly_schedule(

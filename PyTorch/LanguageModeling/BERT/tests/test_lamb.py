@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from bert.lamb import Lamb, parameter_groups, warmup_poly_schedule
+from bert.lamb import Lamb, lamb_implementation, parameter_groups, warmup_poly_schedule
 from torch import nn
 
 
@@ -178,3 +178,11 @@ def test_triton_lamb_equals_foreach_on_gpu():
         finals.append(params)
     for p, q in zip(*finals, strict=True):
         torch.testing.assert_close(p, q, atol=2e-6, rtol=1e-5)
+
+
+def test_auto_implementation_picks_triton_on_cuda_only():
+    assert lamb_implementation("auto", "cuda") == "triton"
+    assert lamb_implementation("auto", torch.device("cpu")) == "foreach"
+    assert lamb_implementation("fused_adam", "cpu") == "fused_adam"
+    with pytest.raises(ValueError, match="unknown LAMB implementation 'fast'"):
+        lamb_implementation("fast", "cuda")

@@ -116,3 +116,5 @@ def test_bad_inputs_are_one_line_errors(tmp_path, packed_data):
         run(packed_data, tmp_path / "r2")
     with pytest.raises(SystemExit, match="nonsense"):
         run(packed_data, tmp_path / "r", "--set", "nonsense=1")
+    with pytest.raises(SystemExit, match="optimizer.implementation: unknown LAMB implementation 'fastest'"):
+        run(packed_data, tmp_path / "r", "--set", "optimizer.implementation=fastest")
