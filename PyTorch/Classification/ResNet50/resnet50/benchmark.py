@@ -149,6 +149,16 @@ def _timed_windows(step, sync, warmup: int, iters: int, windows: int) -> list[fl
     return seconds
 
 
+def _first_step_and_windows(step, sync, args, batch: int) -> tuple[float, list[float]]:
+    """Seconds of the first (compiling) step, then images/s of each timed window."""
+    started = time.perf_counter()
+    step()
+    sync()
+    first_step_s = time.perf_counter() - started
+    seconds = _timed_windows(step, sync, args.warmup, args.iters, args.windows)
+    return first_step_s, [batch * args.iters / s for s in seconds]
+
+
 def _setup(variant: Variant, device: torch.device) -> None:
     torch.backends.cudnn.benchmark = variant.cudnn_benchmark
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -251,12 +261,7 @@ def bench_loader(variant: Variant, args, device: torch.device) -> dict:
         images, _ = next(batches)
         return images
 
-    started = time.perf_counter()
-    step()
-    sync()
-    first_step_s = time.perf_counter() - started
-    seconds = _timed_windows(step, sync, args.warmup, args.iters, args.windows)
-    per_window = [batch * args.iters / s for s in seconds]
+    first_step_s, per_window = _first_step_and_windows(step, sync, args, batch)
     batches.close()
     return {
         "mode": "train", "variant": variant.name, "levers": asdict(variant), "batch_size": batch,
@@ -296,12 +301,7 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
         scaler.update()
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    compile_start = time.perf_counter()
-    step()
-    sync()
-    first_step_s = time.perf_counter() - compile_start
-    seconds = _timed_windows(step, sync, args.warmup, args.iters, args.windows)
-    per_window = [batch * args.iters / s for s in seconds]
+    first_step_s, per_window = _first_step_and_windows(step, sync, args, batch)
     if args.profile and device.type == "cuda":
         print(
             f"profile of {variant.name}, per step:\n{profile_kernels(step, sync)}",

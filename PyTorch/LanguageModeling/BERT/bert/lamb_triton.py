@@ -29,19 +29,34 @@ REDUCE_BLOCK = 1024
 
 
 @triton.jit
+def _chunk(chunk_tensor, chunk_start, numels, c):
+    """The tensor that chunk ``c`` belongs to, the chunk's first element and the tensor's size."""
+    t = tl.load(chunk_tensor + c)
+    return t, tl.load(chunk_start + c), tl.load(numels + t)
+
+
+@triton.jit
+def _address(table, t):
+    """Tensor ``t``'s base address from a table of addresses, as a float32 pointer."""
+    return tl.load(table + t).to(tl.pointer_type(tl.float32))
+
+
+@triton.jit
+def _direction(m, v, p, inv_bias1, inv_bias2_sqrt, eps, weight_decay):
+    """u = m^ / (sqrt(v^) + eps) + wd p"""
+    return (m * inv_bias1) / (tl.sqrt(v) * inv_bias2_sqrt + eps) + weight_decay * p
+
+
+@triton.jit
 def _moments_kernel(
     p_table, g_table, m_table, v_table, chunk_tensor, chunk_start, numels, clip_ptr, part_u, part_p,
     beta1, beta2, inv_bias1, inv_bias2_sqrt, eps, weight_decay,
     CHUNK: tl.constexpr, BLOCK: tl.constexpr, ADAPT: tl.constexpr,
 ):  # fmt: skip
     c = tl.program_id(0)
-    t = tl.load(chunk_tensor + c)
-    start = tl.load(chunk_start + c)
-    n = tl.load(numels + t)
-    p_ptr = tl.load(p_table + t).to(tl.pointer_type(tl.float32))
-    g_ptr = tl.load(g_table + t).to(tl.pointer_type(tl.float32))
-    m_ptr = tl.load(m_table + t).to(tl.pointer_type(tl.float32))
-    v_ptr = tl.load(v_table + t).to(tl.pointer_type(tl.float32))
+    t, start, n = _chunk(chunk_tensor, chunk_start, numels, c)
+    p_ptr, g_ptr = _address(p_table, t), _address(g_table, t)
+    m_ptr, v_ptr = _address(m_table, t), _address(v_table, t)
     inv_clip = 1.0 / tl.load(clip_ptr)
     acc_u = tl.zeros([BLOCK], dtype=tl.float32)
     acc_p = tl.zeros([BLOCK], dtype=tl.float32)
@@ -57,7 +72,7 @@ def _moments_kernel(
         tl.store(v_ptr + idx, v, mask=mask)
         if ADAPT:
             p = tl.load(p_ptr + idx, mask=mask, other=0.0)
-            u = (m * inv_bias1) / (tl.sqrt(v) * inv_bias2_sqrt + eps) + weight_decay * p
+            u = _direction(m, v, p, inv_bias1, inv_bias2_sqrt, eps, weight_decay)
             acc_u += tl.where(mask, u * u, 0.0)
             acc_p += p * p
     if ADAPT:
@@ -72,12 +87,8 @@ def _apply_kernel(
     CHUNK: tl.constexpr, BLOCK: tl.constexpr, REDUCE_BLOCK: tl.constexpr, ADAPT: tl.constexpr,
 ):  # fmt: skip
     c = tl.program_id(0)
-    t = tl.load(chunk_tensor + c)
-    start = tl.load(chunk_start + c)
-    n = tl.load(numels + t)
-    p_ptr = tl.load(p_table + t).to(tl.pointer_type(tl.float32))
-    m_ptr = tl.load(m_table + t).to(tl.pointer_type(tl.float32))
-    v_ptr = tl.load(v_table + t).to(tl.pointer_type(tl.float32))
+    t, start, n = _chunk(chunk_tensor, chunk_start, numels, c)
+    p_ptr, m_ptr, v_ptr = _address(p_table, t), _address(m_table, t), _address(v_table, t)
     scale = lr
     if ADAPT:
         first = tl.load(first_chunk + t)
@@ -98,7 +109,7 @@ def _apply_kernel(
         p = tl.load(p_ptr + idx, mask=mask, other=0.0)
         m = tl.load(m_ptr + idx, mask=mask, other=0.0)
         v = tl.load(v_ptr + idx, mask=mask, other=0.0)
-        u = (m * inv_bias1) / (tl.sqrt(v) * inv_bias2_sqrt + eps) + weight_decay * p
+        u = _direction(m, v, p, inv_bias1, inv_bias2_sqrt, eps, weight_decay)
         tl.store(p_ptr + idx, p - scale * u, mask=mask)
 
 
