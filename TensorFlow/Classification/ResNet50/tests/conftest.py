@@ -42,13 +42,13 @@ def policy():
 
 @pytest.fixture(scope="session")
 def trained_run(digits_tfrecords, tmp_path_factory):
-    """(run dir, summary) of a 2-epoch run on the digits: shared by the learning and the export tests."""
+    """(run dir, summary) of a 3-epoch run on the digits (the recipe's own length): shared by the learning and the export tests."""
     import keras
     from resnet50_tf.train import main
 
     run = tmp_path_factory.mktemp("trained")
     args = ["--config", MODEL_DIR / "configs" / "digits_cpu.yaml", "--data-dir", digits_tfrecords]
-    args += ["--results-dir", run, "--epochs", 2, "--log-every", 11]
+    args += ["--results-dir", run, "--epochs", 3, "--log-every", 11]
     before = keras.mixed_precision.global_policy().name
     summary = main([str(a) for a in args])
     keras.mixed_precision.set_global_policy(before)
