@@ -2,7 +2,7 @@ import json
 
 import numpy as np
 import pytest
-from zoo.bench import Meter, percentiles, time_loop, write_report
+from zoo.bench import Meter, percentiles, time_loop, time_windows, write_report
 from zoo.datasets import make_digits_imagefolder
 
 
@@ -33,6 +33,15 @@ def test_time_loop_calls_and_syncs():
     s = time_loop(lambda: calls.append(1), items_per_call=4, warmup=3, iters=5, sync=lambda: syncs.append(1))
     assert len(calls) == 8 and len(syncs) == 16
     assert (s["steps"], s["items"]) == (5, 20) and s["throughput"] > 0
+
+
+def test_time_windows_syncs_only_at_window_ends():
+    events = []
+    seconds = time_windows(
+        lambda: events.append("call"), warmup=2, iters=3, windows=2, sync=lambda: events.append("sync")
+    )
+    assert len(seconds) == 2 and all(s >= 0 for s in seconds)
+    assert events == ["call"] * 2 + ["sync"] + (["call"] * 3 + ["sync"]) * 2
 
 
 def test_write_report(tmp_path):

@@ -73,6 +73,27 @@ def time_loop(fn, *, items_per_call, warmup, iters, sync=None) -> dict:
     return meter.summary()
 
 
+def time_windows(fn, *, warmup: int, iters: int, windows: int, sync=None) -> list[float]:
+    """Seconds of each of ``windows`` runs of ``iters`` calls of ``fn()``, after ``warmup`` calls.
+
+    ``sync()`` runs only before each clock read, at window ends: the host may queue work ahead of
+    the device as it does in training, so the windows measure throughput, not per-call latency
+    (that is ``time_loop``).
+    """
+    sync = sync or (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    seconds = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
 def write_report(path, results: list, **meta) -> None:
     """Write ``{"schema": "zoo.bench/v1", "date", "host", "meta", "results"}`` atomically."""
     report = {

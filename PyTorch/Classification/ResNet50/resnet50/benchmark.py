@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn as nn
+from zoo.bench import time_windows
 
 from resnet50.train import parameter_groups
 
@@ -134,28 +135,13 @@ def _autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=DTYPES[precision])
 
 
-def _timed_windows(step, sync, warmup: int, iters: int, windows: int) -> list[float]:
-    """Seconds for each of `windows` runs of `iters` steps, after `warmup` steps."""
-    for _ in range(warmup):
-        step()
-    sync()
-    seconds = []
-    for _ in range(windows):
-        start = time.perf_counter()
-        for _ in range(iters):
-            step()
-        sync()
-        seconds.append(time.perf_counter() - start)
-    return seconds
-
-
 def _first_step_and_windows(step, sync, args, batch: int) -> tuple[float, list[float]]:
     """Seconds of the first (compiling) step, then images/s of each timed window."""
     started = time.perf_counter()
     step()
     sync()
     first_step_s = time.perf_counter() - started
-    seconds = _timed_windows(step, sync, args.warmup, args.iters, args.windows)
+    seconds = time_windows(step, warmup=args.warmup, iters=args.iters, windows=args.windows, sync=sync)
     return first_step_s, [batch * args.iters / s for s in seconds]
 
 
@@ -363,7 +349,7 @@ def bench_inference(variant: Variant, args, device: torch.device) -> dict:
                 "mean": statistics.fmean(lat),
             }
         else:
-            seconds = _timed_windows(step, sync, args.warmup, iters, args.windows)
+            seconds = time_windows(step, warmup=args.warmup, iters=iters, windows=args.windows, sync=sync)
             per_window = [batch * iters / s for s in seconds]
             results["images_per_s"] = statistics.median(per_window)
             results["images_per_s_windows"] = per_window

@@ -268,9 +268,12 @@ class EpochLoader:
     def epoch(self, epoch: int, start_batch: int = 0):
         self.sampler.set_epoch(epoch, start_batch)
         self.dataset.set_epoch(epoch)
-        if self.transform is not None:
-            self.transform.set_epoch(epoch)
-        for batch in self.loader:
+        # the loader's workers start here, in the consumer's thread
+        yield from self.device_batches(iter(self.loader))
+
+    def device_batches(self, batches):
+        """(images, labels) on the device from the DataLoader's batches."""
+        for batch in batches:
             images, labels = batch if self.transform is None else self.transform(*batch)
             images = images.to(self.device, non_blocking=True)
             labels = labels.to(self.device, non_blocking=True)
@@ -418,9 +421,6 @@ class DeviceDecoder:
         self.mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1) * 255
 
-    def set_epoch(self, epoch: int) -> None:
-        pass  # the workers draw the augmentation
-
     def decode(self, data: list, indices: torch.Tensor) -> list:
         step = self.decode_batch or len(data)
         images = []
@@ -524,15 +524,10 @@ class GpuDecodeLoader(EpochLoader):
         super().__init__(*args, **kwargs)
         self.prefetch = prefetch and self.device.type == "cuda"
 
-    def epoch(self, epoch: int, start_batch: int = 0):
+    def device_batches(self, batches):
         if not self.prefetch:
-            yield from super().epoch(epoch, start_batch)
-            return
-        self.sampler.set_epoch(epoch, start_batch)
-        self.dataset.set_epoch(epoch)
-        # the loader's workers start here, in this thread; the prefetcher's thread only reads them
-        batches = iter(self.loader)
-        yield from DevicePrefetcher(batches, self.transform, self.device, channels_last=self.channels_last)
+            return super().device_batches(batches)
+        return iter(DevicePrefetcher(batches, self.transform, self.device, channels_last=self.channels_last))
 
 
 def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> EpochLoader:

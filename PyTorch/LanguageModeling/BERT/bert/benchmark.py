@@ -4,7 +4,7 @@ Both train on the same synthetic batch (seq 128, batch 64 by default, 20 masked 
 sequence) with bf16 autocast and, on a GPU, torch.compile. Ours: fused QKV, SDPA, MLM head on the
 masked positions only, our foreach LAMB. Hugging Face: SDPA attention, the MLM head over every
 token with -100 labels elsewhere (its documented usage), fused AdamW: what a user writes with it.
-Needs only torch, transformers and this package (zoo.bench when importable).
+Needs torch, transformers, this package and zoo (scripts/benchmark.sh puts common/ on the path).
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import argparse
 import gc
 import json
 import platform
+import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from zoo.bench import time_windows, write_report
 
 from bert.convert import ours_to_hf
 from bert.lamb import Lamb, lamb_implementation, parameter_groups
@@ -132,18 +133,8 @@ def time_steps(step, *, items: int, warmup: int, iters: int, windows: int, sync)
     """Throughput over ``windows`` runs of ``iters`` steps after ``warmup`` steps; the clock is
     read (after a sync) only at window ends, so the host may run ahead of the GPU as in training.
     The median window is reported."""
-    import statistics
-
-    for _ in range(warmup):
-        step()
-    sync()
-    per_window = []
-    for _ in range(windows):
-        began = time.perf_counter()
-        for _ in range(iters):
-            step()
-        sync()
-        per_window.append(items * iters / (time.perf_counter() - began))
+    seconds = time_windows(step, warmup=warmup, iters=iters, windows=windows, sync=sync)
+    per_window = [items * iters / s for s in seconds]
     throughput = statistics.median(per_window)
     return {
         "throughput": throughput,
@@ -324,13 +315,7 @@ def main(argv=None) -> None:
         meta["transformers"] = transformers.__version__
     except ImportError:
         pass
-    try:
-        from zoo.bench import write_report
-
-        write_report(args.output, results, **meta)
-    except ImportError:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    write_report(args.output, results, **meta)
     print(f"report: {args.output}")
 
 
