@@ -2,7 +2,17 @@ import json
 
 import numpy as np
 import pytest
-from zoo.bench import Meter, percentiles, time_loop, time_windows, write_report
+from zoo.bench import (
+    Meter,
+    covered,
+    format_profile,
+    kernel_family,
+    percentiles,
+    profile_step,
+    time_loop,
+    time_windows,
+    write_report,
+)
 from zoo.datasets import make_digits_imagefolder
 
 
@@ -42,6 +52,30 @@ def test_time_windows_syncs_only_at_window_ends():
     )
     assert len(seconds) == 2 and all(s >= 0 for s in seconds)
     assert events == ["call"] * 2 + ["sync"] + (["call"] * 3 + ["sync"]) * 2
+
+
+def test_covered_counts_overlaps_once():
+    assert covered([]) == 0
+    assert covered([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17
+    assert covered([(3, 4), (0, 1)]) == 2
+
+
+def test_kernel_family_first_match_wins():
+    assert kernel_family("sm90_xmma_gemm_bf16bf16_bf16f32") == "matmul (cuBLAS)"
+    assert kernel_family("pytorch_flash::flash_fwd_kernel<...>") == "attention"
+    assert kernel_family("triton_per_fused_add_native_layer_norm_3") == "triton (fused pointwise/reductions)"
+    assert kernel_family("_lamb_update", (("optimizer", ("lamb",)),)) == "optimizer"
+    assert kernel_family("elementwise_kernel") == "other: elementwise_kernel"
+
+
+def test_profile_step_runs_on_cpu():
+    import torch
+
+    x = torch.randn(64, 64)
+    calls = []
+    result = profile_step(lambda: calls.append((x @ x).sum()), lambda: None, steps=3)
+    assert len(calls) == 3 and result["wall_ms"] > 0 and result["busy_ms"] == 0
+    assert "device busy 0.00 ms" in format_profile(result)
 
 
 def test_write_report(tmp_path):

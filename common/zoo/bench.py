@@ -94,6 +94,95 @@ def time_windows(fn, *, warmup: int, iters: int, windows: int, sync=None) -> lis
     return seconds
 
 
+# Kernel families for profile_step: (label, substrings of the lower-cased kernel name), first match wins.
+GEMM_FAMILIES = (
+    ("attention", ("flash", "fmha", "attention", "sdpa")),
+    ("matmul (cuBLAS)", ("gemm", "cublas", "cutlass", "nvjet", "xmma")),
+    ("triton (fused pointwise/reductions)", ("triton",)),
+    ("memcpy/memset", ("memcpy", "memset")),
+)
+
+
+def kernel_family(name: str, families=GEMM_FAMILIES) -> str:
+    """The label of the first family one of whose substrings is in ``name``; else "other: <name>"."""
+    lowered = name.lower()
+    for label, keys in families:
+        if any(k in lowered for k in keys):
+            return label
+    return "other: " + name[:60]
+
+
+def covered(intervals) -> float:
+    """Total length of the union of ``(start, end)`` intervals (overlaps counted once)."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+def profile_step(step, sync, *, steps: int = 5, families=GEMM_FAMILIES) -> dict:
+    """Run ``step()`` ``steps`` times under torch.profiler; per step, in ms: device time by kernel
+    family (all streams), ``busy`` (time the device ran anything, overlaps counted once), ``wall``,
+    and the host's CUDA runtime calls by total time (a synchronising ``cudaFree`` shows here)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    sync()
+    with profile(activities=activities) as prof:
+        began = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        wall_ms = (time.perf_counter() - began) / steps * 1e3
+    kernels: dict[str, float] = {}
+    names: dict[str, float] = {}
+    runtime: dict[str, float] = {}
+    spans = []
+    for event in prof.events():
+        if event.device_type.name == "CUDA":
+            if getattr(event, "is_user_annotation", False):
+                continue  # a record_function range drawn on the device timeline, not a kernel
+            ms = (event.time_range.end - event.time_range.start) / steps / 1e3
+            family = kernel_family(event.key, families)
+            kernels[family] = kernels.get(family, 0.0) + ms
+            names[event.key] = names.get(event.key, 0.0) + ms
+            spans.append((event.time_range.start, event.time_range.end))
+        elif event.key.startswith("cuda") or event.key.startswith("cu") and event.key[2:3].isupper():
+            runtime[event.key] = runtime.get(event.key, 0.0) + event.cpu_time_total / steps / 1e3
+    return {
+        "wall_ms": wall_ms,
+        "busy_ms": covered(spans) / steps / 1e3,
+        "kernel_ms": dict(sorted(kernels.items(), key=lambda kv: -kv[1])),
+        "runtime_ms": dict(sorted(runtime.items(), key=lambda kv: -kv[1])),
+        "top_kernels_ms": dict(sorted(names.items(), key=lambda kv: -kv[1])[:25]),
+    }
+
+
+def format_profile(profile: dict, rows: int = 12) -> str:
+    """``profile_step``'s result as an indented table."""
+    total = sum(profile["kernel_ms"].values()) or 1.0
+    lines = [
+        f"  {ms:8.2f} ms {100 * ms / total:5.1f}%  {name}"
+        for name, ms in list(profile["kernel_ms"].items())[:rows]
+    ]
+    lines.append(
+        f"  {sum(profile['kernel_ms'].values()):8.2f} ms kernel time (all streams); device busy "
+        f"{profile['busy_ms']:.2f} ms of {profile['wall_ms']:.2f} ms wall per step"
+    )
+    calls = ", ".join(f"{name} {ms:.2f}" for name, ms in list(profile["runtime_ms"].items())[:6])
+    lines.append(f"  host CUDA runtime calls (ms per step): {calls or 'none'}")
+    if profile.get("top_kernels_ms"):
+        lines.append("  longest kernels (ms per step):")
+        lines += [f"    {ms:7.2f}  {name[:160]}" for name, ms in profile["top_kernels_ms"].items()]
+    return "\n".join(lines)
+
+
 def write_report(path, results: list, **meta) -> None:
     """Write ``{"schema": "zoo.bench/v1", "date", "host", "meta", "results"}`` atomically."""
     report = {

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn as nn
-from zoo.bench import time_windows
+from zoo.bench import format_profile, profile_step, time_windows
 
 from resnet50.train import parameter_groups
 
@@ -44,6 +44,8 @@ class Variant:
     # ("gpu-decode", "gpu-decode-sync" = without the background prefetch thread, "pytorch", "dali-gpu")
     data: str = "synthetic"
     decode_batch: int = 0  # gpu-decode: images per decode call (0: the whole batch)
+    prefetch_depth: int = 2  # gpu-decode: batches decoded ahead
+    prefetch_priority: bool = True  # gpu-decode: crop/resize on a high-priority stream
 
 
 TRAIN_VARIANTS = {
@@ -66,6 +68,8 @@ TRAIN_VARIANTS = {
     "ours-jpeg": Variant("ours-jpeg", data="gpu-decode"),
     "ours-jpeg-sync": Variant("ours-jpeg-sync", data="gpu-decode-sync"),
     "ours-jpeg-chunk64": Variant("ours-jpeg-chunk64", data="gpu-decode", decode_batch=64),
+    "ours-jpeg-depth4": Variant("ours-jpeg-depth4", data="gpu-decode", prefetch_depth=4),
+    "ours-jpeg-lowprio": Variant("ours-jpeg-lowprio", data="gpu-decode", prefetch_priority=False),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
     ),
@@ -229,6 +233,7 @@ def real_batches(variant: Variant, args, device: torch.device, batch: int):
         args.data_dir, backend=backend, batch_size=batch, image_size=args.image_size, workers=args.workers,
         num_classes=len(classes), device=str(device), channels_last=variant.channels_last,
         prefetch=variant.data != "gpu-decode-sync", decode_batch=variant.decode_batch,
+        prefetch_depth=variant.prefetch_depth, prefetch_priority=variant.prefetch_priority,
     )  # fmt: skip
     loader = build_loader(cfg, "train", classes)
     epoch = 0
@@ -275,10 +280,15 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
     labels = torch.randint(0, args.num_classes, (batch,), device=device)
     batches = None if variant.data == "synthetic" else real_batches(variant, args, device, batch)
 
+    waited = [0.0, 0]  # seconds the training loop waited for input batches, batches taken
+
     def step():
         nonlocal images, labels
         if batches is not None:
+            began = time.perf_counter()
             images, labels = next(batches)
+            waited[0] += time.perf_counter() - began
+            waited[1] += 1
         optimizer.zero_grad(set_to_none=True)
         with _autocast(device, variant.precision):
             loss = criterion(forward(images), labels)
@@ -290,7 +300,8 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
     first_step_s, per_window = _first_step_and_windows(step, sync, args, batch)
     if args.profile and device.type == "cuda":
         print(
-            f"profile of {variant.name}, per step:\n{profile_kernels(step, sync)}",
+            f"profile of {variant.name}, per step:\n"
+            + format_profile(profile_step(step, sync, families=RESNET_FAMILIES)),
             file=sys.stderr,
             flush=True,
         )
@@ -304,6 +315,7 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
         "images_per_s": statistics.median(per_window),
         "images_per_s_windows": per_window,
         "first_step_s": first_step_s,
+        "input_wait_ms": 1e3 * waited[0] / waited[1] if waited[1] else None,
         "max_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
     }
 
@@ -357,39 +369,15 @@ def bench_inference(variant: Variant, args, device: torch.device) -> dict:
     return {"mode": "inference", "variant": variant.name, "levers": asdict(variant), **results}
 
 
-def profile_kernels(step, sync, steps: int = 5) -> str:
-    """GPU time per step by kernel family: where a step's time goes."""
-    from torch.profiler import ProfilerActivity, profile
-
-    sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        began = time.perf_counter()
-        for _ in range(steps):
-            step()
-        sync()
-        wall_ms = (time.perf_counter() - began) / steps * 1e3
-    families: dict[str, float] = {}
-    for event in prof.key_averages():
-        if event.device_type.name != "CUDA":
-            continue
-        name = event.key.lower()
-        if "triton" in name:
-            family = "triton (fused pointwise/reductions)"
-        elif any(k in name for k in ("conv", "xmma", "cudnn", "sm90", "implicit", "wgrad", "dgrad", "fprop")):
-            family = "convolution (cuDNN)"
-        elif any(k in name for k in ("gemm", "cublas", "cutlass")):
-            family = "matmul"
-        elif "memcpy" in name or "memset" in name:
-            family = "memcpy/memset"
-        else:
-            family = "other: " + event.key[:60]
-        families[family] = families.get(family, 0.0) + event.self_device_time_total / steps / 1e3
-    total = sum(families.values())
-    rows = sorted(families.items(), key=lambda kv: -kv[1])[:12]
-    return (
-        "\n".join(f"  {ms:8.2f} ms {100 * ms / total:5.1f}%  {name}" for name, ms in rows)
-        + f"\n  {total:8.2f} ms total kernel time (all streams); {wall_ms:.2f} ms wall per step under the profiler"
-    )
+# Kernel families of a ResNet-50 step for zoo.bench.profile_step; first match wins.
+RESNET_FAMILIES = (
+    ("triton (fused pointwise/reductions)", ("triton",)),
+    ("convolution (cuDNN)", ("conv", "xmma", "cudnn", "sm90", "implicit", "wgrad", "dgrad", "fprop")),
+    ("matmul", ("gemm", "cublas", "cutlass", "nvjet")),
+    ("JPEG decode (nvJPEG)", ("jpeg", "huffman", "idct", "dct")),
+    ("crop + resize (roi_align)", ("roi",)),
+    ("memcpy/memset", ("memcpy", "memset")),
+)
 
 
 def describe_device(device: torch.device) -> str:
@@ -466,7 +454,7 @@ def _apply_overrides(table: dict[str, Variant], overrides: list[str]) -> dict[st
             parsed = value.lower() in ("1", "true", "yes")
         elif lever == "inductor":
             parsed = tuple(v for v in value.split(";") if v)
-        elif lever in ("batch_size", "decode_batch"):
+        elif lever in ("batch_size", "decode_batch", "prefetch_depth"):
             parsed = int(value)
         else:
             parsed = None if value.lower() == "none" else value
@@ -501,6 +489,8 @@ def print_table(results: list[dict]) -> None:
                 extra = f"bs1 p50 {lat['p50']:.2f} ms p99 {lat['p99']:.2f} ms"
             elif r.get("first_step_s") is not None:
                 extra = f"first step {r['first_step_s']:.0f} s"
+                if r.get("input_wait_ms") is not None:
+                    extra += f", waited {r['input_wait_ms']:.1f} ms/step for input"
             print(
                 f"{mode:<10} {r['variant']:<22} {r['batch_size']:>5} {r['images_per_s']:>10.0f} {ratio:>7}  {extra}"
             )

@@ -53,6 +53,8 @@ class DataConfig:
     channels_last: bool = False
     prefetch: bool = True  # gpu-decode on CUDA: decode the next batches in a background thread
     decode_batch: int = 0  # gpu-decode: images per decode call (0: the whole batch in one call)
+    prefetch_depth: int = 2  # gpu-decode with prefetch: batches decoded ahead
+    prefetch_priority: bool = True  # gpu-decode with prefetch: crop/resize kernels on a high-priority stream
 
 
 def val_resize_size(image_size: int) -> int:
@@ -399,16 +401,30 @@ def crop_resize(images: list, boxes: torch.Tensor, size: int) -> torch.Tensor:
     for i, image in enumerate(images):
         groups.setdefault(tuple(image.shape[1:]), []).append(i)
     out = torch.empty(len(images), 3, size, size, dtype=torch.float32, device=device)
-    boxes = boxes.to(device, non_blocking=True)
+    # Index and box tables of every group built on the host and sent in one copy each.
+    order = torch.tensor([i for members in groups.values() for i in members])
+    local = torch.cat([torch.arange(len(members)) for members in groups.values()]).float()
+    rois = host_to_device(torch.cat([local[:, None], boxes.cpu()[order]], 1), device)
+    order = host_to_device(order, device)
+    start = 0
     for members in groups.values():
+        end = start + len(members)
         stacked = torch.stack([images[i] for i in members]).float()
-        where = torch.tensor(members, device=device)
-        rois = torch.cat(
-            [torch.arange(len(members), device=device, dtype=torch.float32)[:, None], boxes[where]], 1
+        crops = roi_align(
+            stacked, rois[start:end], output_size=size, spatial_scale=1.0, sampling_ratio=-1, aligned=True
         )
-        crops = roi_align(stacked, rois, output_size=size, spatial_scale=1.0, sampling_ratio=-1, aligned=True)
-        out.index_copy_(0, where, crops)
+        out.index_copy_(0, order[start:end], crops)
+        start = end
     return out
+
+
+def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy a small host tensor without making the calling thread wait: a copy from pageable memory
+    first waits for the stream's queued work (on a GPU busy training, for milliseconds); a pinned
+    one is queued like a kernel."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 class DeviceDecoder:
@@ -449,7 +465,7 @@ class DeviceDecoder:
         images = self.decode(data, indices)
         batch = crop_resize(images, boxes, self.image_size)
         if bool(flips.any()):
-            flip = flips.to(batch.device, non_blocking=True).view(-1, 1, 1, 1)
+            flip = host_to_device(flips, batch.device).view(-1, 1, 1, 1)
             batch = torch.where(flip, batch.flip(3), batch)
         return (batch - self.mean) / self.std, labels
 
@@ -460,13 +476,20 @@ class DevicePrefetcher:
     that makes them safe to use on the consumer's stream."""
 
     def __init__(
-        self, iterable, transform, device: torch.device, depth: int = 2, channels_last: bool = False
+        self,
+        iterable,
+        transform,
+        device: torch.device,
+        depth: int = 2,
+        channels_last: bool = False,
+        high_priority: bool = True,
     ):
         import queue
         import threading
 
         self.queue: queue.Queue = queue.Queue(maxsize=depth)
-        self.stream = torch.cuda.Stream(device)
+        priority = torch.cuda.Stream.priority_range()[1] if high_priority else 0
+        self.stream = torch.cuda.Stream(device, priority=priority)
         self.device, self.channels_last = device, channels_last
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(iterable, transform), daemon=True)
@@ -481,7 +504,7 @@ class DevicePrefetcher:
                     images, labels = transform(*raw)
                     if self.channels_last:
                         images = images.contiguous(memory_format=torch.channels_last)
-                    labels = labels.to(self.device, non_blocking=True)
+                    labels = host_to_device(labels, self.device)
                     event = torch.cuda.Event()
                     event.record(self.stream)
                     self._put(("batch", images, labels, event))
@@ -520,14 +543,18 @@ class DevicePrefetcher:
 class GpuDecodeLoader(EpochLoader):
     """EpochLoader whose batches are decoded on the device, one or two batches ahead on CUDA."""
 
-    def __init__(self, *args, prefetch: bool = True, **kwargs):
+    def __init__(self, *args, prefetch: bool = True, depth: int = 2, high_priority: bool = True, **kwargs):
         super().__init__(*args, **kwargs)
         self.prefetch = prefetch and self.device.type == "cuda"
+        self.depth, self.high_priority = depth, high_priority
 
     def device_batches(self, batches):
         if not self.prefetch:
             return super().device_batches(batches)
-        return iter(DevicePrefetcher(batches, self.transform, self.device, channels_last=self.channels_last))
+        prefetcher = DevicePrefetcher(
+            batches, self.transform, self.device, self.depth, self.channels_last, self.high_priority
+        )
+        return iter(prefetcher)
 
 
 def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> EpochLoader:
@@ -542,7 +569,15 @@ def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> 
     # The encoded bytes are read by nvJPEG from host memory: pinning them first would be one more copy.
     loader = _data_loader(dataset, sampler, cfg, collate_fn=collate_encoded, pin_memory=False)
     return GpuDecodeLoader(
-        loader, sampler, dataset, cfg.device, cfg.channels_last, transform=decoder, prefetch=cfg.prefetch
+        loader,
+        sampler,
+        dataset,
+        cfg.device,
+        cfg.channels_last,
+        transform=decoder,
+        prefetch=cfg.prefetch,
+        depth=cfg.prefetch_depth,
+        high_priority=cfg.prefetch_priority,
     )
 
 

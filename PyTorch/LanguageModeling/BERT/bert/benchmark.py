@@ -2,7 +2,8 @@
 
 Both train on the same synthetic batch (seq 128, batch 64 by default, 20 masked positions per
 sequence) with bf16 autocast and, on a GPU, torch.compile. Ours: fused QKV, SDPA, MLM head on the
-masked positions only, our foreach LAMB. Hugging Face: SDPA attention, the MLM head over every
+masked positions only, residual stream in bf16, CUDA graphs (compile mode reduce-overhead), LAMB in
+two Triton kernels on a GPU. Hugging Face: SDPA attention, the MLM head over every
 token with -100 labels elsewhere (its documented usage), fused AdamW: what a user writes with it.
 Needs torch, transformers, this package and zoo (scripts/benchmark.sh puts common/ on the path).
 """
@@ -19,7 +20,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from zoo.bench import time_windows, write_report
+from zoo.bench import GEMM_FAMILIES, format_profile, profile_step, time_windows, write_report
 
 from bert.convert import ours_to_hf
 from bert.lamb import Lamb, lamb_implementation, parameter_groups
@@ -75,6 +76,7 @@ def make_step(
     *,
     optimizer_name="lamb",
     compile_optimizer=False,
+    compile_mode=None,
 ):
     """A function running one optimizer step of `kind` ("ours" or "hf") on the batch; returns loss."""
     autocast = dict(device_type=device_type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
@@ -113,7 +115,7 @@ def make_step(
                 logits.flatten(0, 1).float(), batch["dense_labels"].flatten(), ignore_index=-100
             )
 
-    forward_fn = torch.compile(forward) if compile_model else forward
+    forward_fn = torch.compile(forward, mode=compile_mode) if compile_model else forward
 
     optimizer_step = torch.compile(optimizer.step) if compile_optimizer and kind == "ours" else optimizer.step
 
@@ -144,14 +146,32 @@ def time_steps(step, *, items: int, warmup: int, iters: int, windows: int, sync)
     }
 
 
+# Kernel families of a BERT step for zoo.bench.profile_step (the LAMB kernels first).
+BERT_FAMILIES = (
+    ("optimizer (LAMB / Adam kernels)", ("_moments_kernel", "_apply_kernel", "multi_tensor_apply", "adam")),
+) + GEMM_FAMILIES
+SDPA_BACKENDS = ("flash", "mem_efficient", "cudnn", "math")
+
+
+def choose_sdpa(name: str | None) -> None:
+    """Leave only `name`'s scaled_dot_product_attention kernel enabled (None: PyTorch's choice)."""
+    if name is None:
+        return
+    for backend in SDPA_BACKENDS:
+        getattr(torch.backends.cuda, f"enable_{backend}_sdp")(backend == name)
+
+
 def run(args) -> list[dict]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    choose_sdpa(args.sdpa)
     compile_model = args.compile if args.compile is not None else device.type == "cuda"
+    # ours: CUDA graphs by default on a GPU (the recipe's lever); Hugging Face: torch.compile's default
+    ours_mode = args.compile_mode or ("reduce-overhead" if device.type == "cuda" else "default")
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.amp]
-    config = bert_config(args.model, vocab_size=args.vocab_size)
+    config = bert_config(args.model, vocab_size=args.vocab_size, fp32_residual=args.fp32_residual)
     batch = synthetic_batch(args.batch_size, args.seq, args.predictions, config.vocab_size, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     results = []
@@ -168,6 +188,7 @@ def run(args) -> list[dict]:
         step = make_step(
             kind, model, batch, amp_dtype, device.type, compile_model,
             optimizer_name=args.ours_optimizer, compile_optimizer=args.compile_optimizer,
+            compile_mode=ours_mode if kind == "ours" else "default",
         )  # fmt: skip
         began = time.perf_counter()
         first_loss = float(step().detach())
@@ -176,6 +197,9 @@ def run(args) -> list[dict]:
         summary = time_steps(
             step, items=args.batch_size, warmup=args.warmup, iters=args.iters, windows=args.windows, sync=sync
         )
+        if args.profile:
+            print(f"profile of {kind}, per step:", flush=True)
+            print(format_profile(profile_step(step, sync, families=BERT_FAMILIES)), flush=True)
         tables = getattr(step.optimizer, "_tables", {})
         rebuilds = sum(t.rebuilds for t in tables.values()) if tables else None
         peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
@@ -187,7 +211,9 @@ def run(args) -> list[dict]:
                 "batch": args.batch_size,
                 "seq": args.seq,
                 "precision": args.amp,
-                "compile": compile_model,
+                "compile": compile_model and (ours_mode if kind == "ours" else "default"),
+                "sdpa": args.sdpa or "auto",
+                "fp32_residual": args.fp32_residual if kind == "ours" else True,
                 "optimizer": (args.ours_optimizer if kind == "ours" else "adamw")
                 + (" compiled" if args.compile_optimizer and kind == "ours" else ""),
                 "first_step_s": first_step_s,
@@ -273,6 +299,20 @@ def main(argv=None) -> None:
         help="ours: LAMB (default: the Triton kernels on a GPU, foreach ops on a CPU), LAMB on the fused Adam "
         "kernel, with foreach ops, compiled per tensor, or fused AdamW",
     )  # fmt: skip
+    p.add_argument(
+        "--compile-mode",
+        help="ours: torch.compile mode (default: reduce-overhead = CUDA graphs on a GPU, "
+        "default on a CPU); Hugging Face always runs in the default mode",
+    )
+    p.add_argument(
+        "--sdpa", choices=SDPA_BACKENDS, help="force one attention kernel (default: PyTorch's choice)"
+    )
+    p.add_argument(
+        "--fp32-residual", action="store_true", help="ours: keep the residual stream in fp32 under autocast"
+    )
+    p.add_argument(
+        "--profile", action="store_true", help="print device time per kernel family of each model's step"
+    )
     p.add_argument("--compile-optimizer", action="store_true", help="ours: torch.compile the optimizer step")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50, help="steps in each timed window")

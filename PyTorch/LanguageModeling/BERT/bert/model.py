@@ -31,6 +31,10 @@ class BertConfig:
     attention_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
+    # Under autocast, keep the residual stream (the LayerNorm outputs) in fp32 instead of casting it
+    # to the autocast dtype. LayerNorm always computes in fp32; the cast halves the traffic of the
+    # residual path, as half-precision BERT recipes (apex O2) kept it.
+    fp32_residual: bool = False
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
@@ -109,6 +113,7 @@ class BertLayer(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_heads
+        self.fp32_residual = config.fp32_residual
         self.attention_dropout = config.attention_dropout
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.attn_out = nn.Linear(config.hidden_size, config.hidden_size)
@@ -125,9 +130,14 @@ class BertLayer(nn.Module):
         p = self.attention_dropout if self.training else 0.0
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         context = context.transpose(1, 2).reshape(batch, length, hidden)
-        x = self.attn_norm(x + self.dropout(self.attn_out(context)))
-        y = self.ffn_out(F.gelu(self.ffn_in(x)))
-        return self.ffn_norm(x + self.dropout(y))
+        y = self.dropout(self.attn_out(context))
+        x = self._residual(self.attn_norm(x + y), y.dtype)
+        y = self.dropout(self.ffn_out(F.gelu(self.ffn_in(x))))
+        return self._residual(self.ffn_norm(x + y), y.dtype)
+
+    def _residual(self, normed: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
+        """The LayerNorm output (fp32 under autocast) in the matmuls' dtype unless fp32_residual."""
+        return normed if self.fp32_residual else normed.to(compute_dtype)
 
 
 class BertModel(nn.Module):

@@ -67,7 +67,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float)
     p.add_argument("--warmup", type=float, help="warm-up: fraction of steps (<1) or a step count")
     p.add_argument("--amp", choices=["bf16", "fp16", "fp32"])
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile")
+    p.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None,
+        help="torch.compile (the recipe's `compile` may also name a mode: reduce-overhead = CUDA graphs)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int)
     p.add_argument("--max-seq", type=int, help="synthetic data only (prepared data fixes it)")
     p.add_argument("--vocab-size", type=int, default=30522, help="synthetic data only")
@@ -181,6 +184,18 @@ def micro_batches(dataset, start: int, count: int, workers: int, pin: bool):
     return iter(loader)
 
 
+def compile_mode_of(value) -> str | None:
+    """The recipe's `compile`: false/None (eager), true (default mode) or a torch.compile mode name."""
+    if value in (None, False):
+        return None
+    if value is True:
+        return "default"
+    modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    if value not in modes:
+        raise SystemExit(f"compile: {value!r} is not true, false or one of {', '.join(modes)}")
+    return value
+
+
 def forward_loss(model, batch: dict, amp_dtype, device_type: str, nsp: bool):
     with torch.autocast(device_type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
         mlm_logits, nsp_logits = model(
@@ -236,8 +251,19 @@ def main(argv=None) -> None:
         train_model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
         )
-    if recipe.get("compile"):
-        train_model = torch.compile(train_model)
+    compile_mode = compile_mode_of(recipe.get("compile"))
+    if compile_mode == "reduce-overhead" and (env.world_size > 1 or device.type != "cuda"):
+        if env.is_primary:
+            print("compile: reduce-overhead (CUDA graphs) is for one CUDA process; using the default mode")
+        compile_mode = "default"
+    if compile_mode:
+        train_model = torch.compile(train_model, mode=compile_mode)
+    graphs = compile_mode == "reduce-overhead"
+    if graphs:
+        # The backward graph's outputs live in the CUDA-graph pool and are overwritten by the next
+        # replay: gradients accumulate into buffers of our own, zeroed (not freed) after each step.
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -277,8 +303,11 @@ def main(argv=None) -> None:
         torch.manual_seed(recipe["seed"] * 1_000_003 + step * 1009 + env.rank)  # dropout: exact on resume
         step_sequences = 0
         for micro in range(accumulation):
-            batch = {k: v.to(device, non_blocking=True) for k, v in next(loader).items()}
-            step_sequences += int(batch.pop("sequences"))
+            batch = next(loader)
+            step_sequences += int(batch.pop("sequences"))  # before the copy: no wait for the device
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            if graphs:
+                torch.compiler.cudagraph_mark_step_begin()
             sync = micro == accumulation - 1 or env.world_size == 1
             context = (
                 train_model.no_sync()
@@ -297,7 +326,7 @@ def main(argv=None) -> None:
             scaler.update()
         else:
             optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=not graphs)
         schedule.step()
         step += 1
         window_steps += 1

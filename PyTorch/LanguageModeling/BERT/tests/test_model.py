@@ -248,3 +248,20 @@ def test_convert_cli_turns_google_variables_into_our_checkpoint(tmp_path):
     assert "bert.encoder.layer.1.attention.self.value.weight" in torch.load(
         tmp_path / "hf.pt", weights_only=True
     )
+
+
+def test_residual_stream_dtype_under_autocast():
+    """Under bf16 autocast the residual stream is cast to bf16 (fp32 with fp32_residual); outside
+    autocast both settings compute the same function."""
+    torch.manual_seed(0)
+    low = BertModel(bert_config("bert-tiny", vocab_size=99)).eval()
+    high = BertModel(bert_config("bert-tiny", vocab_size=99, fp32_residual=True)).eval()
+    high.load_state_dict(low.state_dict())
+    ids = torch.randint(5, 99, (2, 16))
+    torch.testing.assert_close(low(ids), high(ids), rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out_low, out_high = low(ids), high(ids)
+    assert (out_low.dtype, out_high.dtype) == (torch.bfloat16, torch.float32)
+    reference = low(ids)
+    assert (out_low.float() - reference).abs().max() < 0.1 * reference.abs().max()
+    assert (out_low.float() - out_high).abs().max() > 0  # the cast is real

@@ -116,5 +116,27 @@ def test_bad_inputs_are_one_line_errors(tmp_path, packed_data):
         run(packed_data, tmp_path / "r2")
     with pytest.raises(SystemExit, match="nonsense"):
         run(packed_data, tmp_path / "r", "--set", "nonsense=1")
+    with pytest.raises(
+        SystemExit, match="compile: 'fastest' is not true, false or one of default, reduce-overhead"
+    ):
+        run(packed_data, tmp_path / "r", "--set", "compile=fastest")
     with pytest.raises(SystemExit, match="optimizer.implementation: unknown LAMB implementation 'fastest'"):
         run(packed_data, tmp_path / "r", "--set", "optimizer.implementation=fastest")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
+def test_cuda_graphs_train_like_the_default_compile(packed_data, tmp_path):
+    """compile: reduce-overhead (gradients accumulated outside the graph pool) follows the default
+    compiled run step for step, with gradient accumulation."""
+    losses = {}
+    for mode in ("true", "reduce-overhead"):
+        results = tmp_path / mode
+        pretrain.main([
+            "--recipe", TINY, "--data-dir", str(packed_data), "--results-dir", str(results), "--device", "cuda",
+            "--steps", "4", "--accumulation", "2", "--log-every", "1", "--amp", "bf16", "--set", f"compile={mode}",
+        ])  # fmt: skip
+        losses[mode] = [m["loss"] for _, m in sorted(train_metrics(results).items())]
+    print(losses)
+    assert len(losses["true"]) == len(losses["reduce-overhead"]) == 4
+    for a, b in zip(losses["true"], losses["reduce-overhead"], strict=True):
+        assert abs(a - b) < 0.02 * a
