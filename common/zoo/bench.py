@@ -95,15 +95,15 @@ def time_windows(fn, *, warmup: int, iters: int, windows: int, sync=None) -> lis
 
 
 # Kernel families for profile_step: (label, substrings of the lower-cased kernel name), first match wins.
-GEMM_FAMILIES = (
-    ("attention", ("flash", "fmha", "attention", "sdpa")),
+KERNEL_FAMILIES = (
+    ("attention", ("flash", "fmha", "attention", "sdpa", "dot_do_o", "convert_dq")),
     ("matmul (cuBLAS)", ("gemm", "cublas", "cutlass", "nvjet", "xmma")),
     ("triton (fused pointwise/reductions)", ("triton",)),
     ("memcpy/memset", ("memcpy", "memset")),
 )
 
 
-def kernel_family(name: str, families=GEMM_FAMILIES) -> str:
+def kernel_family(name: str, families=KERNEL_FAMILIES) -> str:
     """The label of the first family one of whose substrings is in ``name``; else "other: <name>"."""
     lowered = name.lower()
     for label, keys in families:
@@ -125,7 +125,7 @@ def covered(intervals) -> float:
     return total
 
 
-def profile_step(step, sync, *, steps: int = 5, families=GEMM_FAMILIES) -> dict:
+def profile_step(step, sync, *, steps: int = 5, families=KERNEL_FAMILIES) -> dict:
     """Run ``step()`` ``steps`` times under torch.profiler; per step, in ms: device time by kernel
     family (all streams), ``busy`` (time the device ran anything, overlaps counted once), ``wall``,
     and the host's CUDA runtime calls by total time (a synchronising ``cudaFree`` shows here)."""

@@ -73,7 +73,8 @@ def test_two_dist_sync_workers_end_with_identical_weights(tmp_path, digits_rec, 
         # Seen once in many runs on a loaded 2-core machine and not reproduced since: rerun once so a
         # rare event does not stop the suite, and say what was seen. Twice in a row fails.
         warnings.warn(
-            f"dist_sync workers differed on {len(differ)} tensors (max {max(differ.values()):.3g}); rerun",
+            f"dist_sync workers differed on {len(differ)} tensors (max {max(differ.values()):.3g}: "
+            f"{dict(sorted(differ.items())[:5])}); rerun",
             stacklevel=1,
         )
         results = tmp_path / "second"

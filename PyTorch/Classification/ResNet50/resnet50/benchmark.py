@@ -46,6 +46,7 @@ class Variant:
     decode_batch: int = 0  # gpu-decode: images per decode call (0: the whole batch)
     prefetch_depth: int = 2  # gpu-decode: batches decoded ahead
     prefetch_priority: bool = True  # gpu-decode: crop/resize on a high-priority stream
+    pin_encoded: bool = False  # gpu-decode: encoded bytes pinned by the loader before decoding
 
 
 TRAIN_VARIANTS = {
@@ -70,6 +71,7 @@ TRAIN_VARIANTS = {
     "ours-jpeg-chunk64": Variant("ours-jpeg-chunk64", data="gpu-decode", decode_batch=64),
     "ours-jpeg-depth4": Variant("ours-jpeg-depth4", data="gpu-decode", prefetch_depth=4),
     "ours-jpeg-lowprio": Variant("ours-jpeg-lowprio", data="gpu-decode", prefetch_priority=False),
+    "ours-jpeg-pinned": Variant("ours-jpeg-pinned", data="gpu-decode", pin_encoded=True),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
     ),
@@ -234,6 +236,7 @@ def real_batches(variant: Variant, args, device: torch.device, batch: int):
         num_classes=len(classes), device=str(device), channels_last=variant.channels_last,
         prefetch=variant.data != "gpu-decode-sync", decode_batch=variant.decode_batch,
         prefetch_depth=variant.prefetch_depth, prefetch_priority=variant.prefetch_priority,
+        pin_encoded=variant.pin_encoded,
     )  # fmt: skip
     loader = build_loader(cfg, "train", classes)
     epoch = 0

@@ -55,6 +55,7 @@ class DataConfig:
     decode_batch: int = 0  # gpu-decode: images per decode call (0: the whole batch in one call)
     prefetch_depth: int = 2  # gpu-decode with prefetch: batches decoded ahead
     prefetch_priority: bool = True  # gpu-decode with prefetch: crop/resize kernels on a high-priority stream
+    pin_encoded: bool = False  # gpu-decode on CUDA: pin each batch's encoded bytes before nvJPEG reads them
 
 
 def val_resize_size(image_size: int) -> int:
@@ -419,9 +420,9 @@ def crop_resize(images: list, boxes: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Copy a small host tensor without making the calling thread wait: a copy from pageable memory
-    first waits for the stream's queued work (on a GPU busy training, for milliseconds); a pinned
-    one is queued like a kernel."""
+    """Copy a small host tensor to ``device`` through pinned memory, so that the copy is queued on
+    the stream like a kernel (CUDA makes the host wait for a copy from pageable memory). On the
+    H100 runs in PERF.md this made no measurable difference; it is kept as the cheaper form."""
     if device.type != "cuda":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)
@@ -566,8 +567,9 @@ def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> 
         shuffle=train, seed=cfg.seed, drop_last=train,
     )  # fmt: skip
     decoder = DeviceDecoder(samples, cfg.image_size, cfg.device, cfg.decode_batch)
-    # The encoded bytes are read by nvJPEG from host memory: pinning them first would be one more copy.
-    loader = _data_loader(dataset, sampler, cfg, collate_fn=collate_encoded, pin_memory=False)
+    # nvJPEG reads the encoded bytes from host memory. Pinning them first (pin_encoded) is one more
+    # copy, in the loader's pin-memory thread, but lets nvJPEG upload them without waiting (PERF.md).
+    loader = _data_loader(dataset, sampler, cfg, collate_fn=collate_encoded, pin_memory=cfg.pin_encoded)
     return GpuDecodeLoader(
         loader,
         sampler,

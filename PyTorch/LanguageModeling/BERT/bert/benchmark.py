@@ -20,7 +20,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from zoo.bench import GEMM_FAMILIES, format_profile, profile_step, time_windows, write_report
+from zoo.bench import KERNEL_FAMILIES, format_profile, profile_step, time_windows, write_report
 
 from bert.convert import ours_to_hf
 from bert.lamb import Lamb, lamb_implementation, parameter_groups
@@ -149,7 +149,7 @@ def time_steps(step, *, items: int, warmup: int, iters: int, windows: int, sync)
 # Kernel families of a BERT step for zoo.bench.profile_step (the LAMB kernels first).
 BERT_FAMILIES = (
     ("optimizer (LAMB / Adam kernels)", ("_moments_kernel", "_apply_kernel", "multi_tensor_apply", "adam")),
-) + GEMM_FAMILIES
+) + KERNEL_FAMILIES
 SDPA_BACKENDS = ("flash", "mem_efficient", "cudnn", "math")
 
 

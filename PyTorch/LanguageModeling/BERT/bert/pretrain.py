@@ -258,12 +258,11 @@ def main(argv=None) -> None:
         compile_mode = "default"
     if compile_mode:
         train_model = torch.compile(train_model, mode=compile_mode)
+    # With CUDA graphs the backward graph's outputs live in the graph pool and the next replay
+    # overwrites them: after the first backward, each gradient is copied into a buffer of our own,
+    # which later micro-steps accumulate into and zero_grad zeroes instead of freeing.
     graphs = compile_mode == "reduce-overhead"
-    if graphs:
-        # The backward graph's outputs live in the CUDA-graph pool and are overwritten by the next
-        # replay: gradients accumulate into buffers of our own, zeroed (not freed) after each step.
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
+    own_grads = not graphs
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -318,6 +317,11 @@ def main(argv=None) -> None:
                 loss, mlm = forward_loss(train_model, batch, amp_dtype, device.type, spec.nsp)
                 scaled = loss / accumulation
                 (scaler.scale(scaled) if scaler else scaled).backward()
+            if not own_grads:
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.grad = p.grad.clone()
+                own_grads = True
             loss_sum += loss.detach() / accumulation
             mlm_sum += mlm / accumulation
         if scaler:
