@@ -175,6 +175,15 @@ def build_trainer(net, recipe: dict, procs: Processes, amp: str, base_lr: float)
         trainer = gluon.Trainer(params, name, options, kvstore=procs.kv, update_on_kvstore=False)
     if amp != "none":
         mx_amp.init_trainer(trainer)
+    if procs.hvd is None and procs.kv is not None:
+        # Create the kvstore and broadcast rank 0's weights now, and wait for the broadcast. Left to
+        # the first step() (Gluon's default), a worker's broadcast pull of a key could be answered
+        # after the first gradient push to that key had been merged, so that worker took the
+        # gradient sum for its weights (fc.weight, the first gradient ready, on loaded machines).
+        trainer._init_kvstore()
+        trainer._init_params()
+        mx.nd.waitall()
+        procs.barrier()
     return trainer
 
 
