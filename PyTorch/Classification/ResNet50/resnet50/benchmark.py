@@ -203,6 +203,8 @@ def make_jpeg_set(
 
 
 def _write_jpeg(job) -> int:
+    import os
+
     import numpy as np
     from PIL import Image, ImageDraw
 
@@ -217,8 +219,6 @@ def _write_jpeg(job) -> int:
         draw.ellipse([x0, y0, x1, y1], fill=tuple(int(c) for c in rng.integers(0, 256, 3)))
     pixels = np.asarray(image, dtype=np.float32) + rng.normal(0, 24, (height, width, 3)).astype(np.float32)
     Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path + ".tmp", "JPEG", quality=quality)
-    import os
-
     os.replace(path + ".tmp", path)
     return os.path.getsize(path)
 

@@ -542,7 +542,7 @@ class DevicePrefetcher:
 
 
 class GpuDecodeLoader(EpochLoader):
-    """EpochLoader whose batches are decoded on the device, one or two batches ahead on CUDA."""
+    """EpochLoader whose batches are decoded on the device, up to ``depth`` batches ahead on CUDA."""
 
     def __init__(self, *args, prefetch: bool = True, depth: int = 2, high_priority: bool = True, **kwargs):
         super().__init__(*args, **kwargs)

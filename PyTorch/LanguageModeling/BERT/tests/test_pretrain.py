@@ -131,10 +131,9 @@ def test_cuda_graphs_train_like_the_default_compile(packed_data, tmp_path):
     losses = {}
     for mode in ("true", "reduce-overhead"):
         results = tmp_path / mode
-        pretrain.main([
-            "--recipe", TINY, "--data-dir", str(packed_data), "--results-dir", str(results), "--device", "cuda",
-            "--steps", "4", "--accumulation", "2", "--log-every", "1", "--amp", "bf16", "--set", f"compile={mode}",
-        ])  # fmt: skip
+        # the later --device overrides run()'s --device cpu
+        run(packed_data, results, "--device", "cuda", "--steps", "4", "--accumulation", "2", "--log-every", "1",
+            "--amp", "bf16", "--set", f"compile={mode}")  # fmt: skip
         losses[mode] = [m["loss"] for _, m in sorted(train_metrics(results).items())]
     print(losses)
     assert len(losses["true"]) == len(losses["reduce-overhead"]) == 4
