@@ -167,6 +167,8 @@ def run(args) -> list[dict]:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     choose_sdpa(args.sdpa)
+    if args.ours_optimizer == "lamb-triton" and device.type != "cuda" and "ours" in args.models:
+        raise SystemExit("--ours-optimizer lamb-triton needs a CUDA device (use lamb on a CPU)")
     compile_model = args.compile if args.compile is not None else device.type == "cuda"
     # ours: CUDA graphs by default on a GPU (the recipe's lever); Hugging Face: torch.compile's default
     ours_mode = args.compile_mode or ("reduce-overhead" if device.type == "cuda" else "default")
