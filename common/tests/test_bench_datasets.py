@@ -6,6 +6,7 @@ from zoo.bench import (
     Meter,
     covered,
     format_profile,
+    inductor_options,
     kernel_family,
     percentiles,
     profile_step,
@@ -119,3 +120,23 @@ def test_digits_imagefolder_layout_labels_and_pixels(tmp_path):
     make_digits_imagefolder(root, image_size=16, val_fraction=0.2)  # new parameters rebuild
     assert Image.open(next(root.glob("train/0/*.jpg"))).size == (16, 16)
     assert len(list(root.glob("*/*/*.jpg"))) == 1797 and not list(root.glob(".digits-*"))
+
+
+def test_inductor_options_are_typed_and_checked():
+    pytest.importorskip("torch")
+    options = inductor_options(
+        [
+            "triton.mix_order_reduction_split_size=64",
+            "coordinate_descent_tuning=True",
+            "max_autotune_gemm_backends=ATEN",
+        ]
+    )
+    assert options == {
+        "triton.mix_order_reduction_split_size": 64,
+        "coordinate_descent_tuning": True,
+        "max_autotune_gemm_backends": "ATEN",
+    }
+    with pytest.raises(SystemExit, match="has no 'triton.no_such_option'"):
+        inductor_options(["triton.no_such_option=1"])
+    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+        inductor_options(["coordinate_descent_tuning"])

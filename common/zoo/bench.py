@@ -183,6 +183,39 @@ def format_profile(profile: dict, rows: int = 12) -> str:
     return "\n".join(lines)
 
 
+def inductor_options(items) -> dict:
+    """``["triton.mix_order_reduction_split_size=64", "coordinate_descent_tuning=true"]`` -> a dict
+    of torch._inductor.config entries with typed values (int, float, true/false, none, else the
+    string); an unknown key or an item without ``=`` is a one-line error (SystemExit)."""
+    import torch._inductor.config as inductor_config
+
+    known = inductor_config.get_config_copy()
+    options = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SystemExit(f"inductor option {item!r}: expected KEY=VALUE")
+        if key not in known:
+            raise SystemExit(f"inductor option {item!r}: torch._inductor.config has no {key!r}")
+        value = text.strip()
+        lowered = value.lower()
+        if lowered in ("true", "false"):
+            options[key] = lowered == "true"
+        elif lowered == "none":
+            options[key] = None
+        else:
+            for cast in (int, float):
+                try:
+                    options[key] = cast(value)
+                    break
+                except ValueError:
+                    continue
+            else:
+                options[key] = value
+    return options
+
+
 def write_report(path, results: list, **meta) -> None:
     """Write ``{"schema": "zoo.bench/v1", "date", "host", "meta", "results"}`` atomically."""
     report = {

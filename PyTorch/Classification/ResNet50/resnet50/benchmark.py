@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn as nn
-from zoo.bench import format_profile, profile_step, time_windows
+from zoo.bench import format_profile, inductor_options, profile_step, time_windows
 
 from resnet50.train import parameter_groups
 
@@ -125,10 +125,7 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
 def compile_model(model: nn.Module, variant: Variant) -> nn.Module:
     if variant.compile_mode is None:
         return model
-    options = {}
-    for item in variant.inductor:
-        key, value = item.split("=", 1)
-        options[key] = {"true": True, "false": False}.get(value.lower(), value)
+    options = inductor_options(variant.inductor)
     if options:
         # torch.compile takes either a mode or options; a mode's settings are folded in by hand.
         return torch.compile(model, options=options)

@@ -19,8 +19,16 @@ import sys
 import time
 
 import torch
+import torch._inductor.config
 import torch.nn.functional as F
-from zoo.bench import KERNEL_FAMILIES, format_profile, profile_step, time_windows, write_report
+from zoo.bench import (
+    KERNEL_FAMILIES,
+    format_profile,
+    inductor_options,
+    profile_step,
+    time_windows,
+    write_report,
+)
 
 from bert.convert import ours_to_hf
 from bert.lamb import Lamb, lamb_implementation, parameter_groups
@@ -176,60 +184,69 @@ def run(args) -> list[dict]:
     config = bert_config(args.model, vocab_size=args.vocab_size, fp32_residual=args.fp32_residual)
     batch = synthetic_batch(args.batch_size, args.seq, args.predictions, config.vocab_size, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    inductor_patch = inductor_options(args.inductor)
     results = []
     for kind in args.models:
-        torch.manual_seed(0)
-        ours = BertForPreTraining(config)
-        if kind == "ours":
-            model = ours.to(device)
-        else:  # same initial weights in both
-            model = hf_model(config, device)
-            missing, unexpected = model.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
-            assert not unexpected, unexpected
-        model.train()
-        step = make_step(
-            kind, model, batch, amp_dtype, device.type, compile_model,
-            optimizer_name=args.ours_optimizer, compile_optimizer=args.compile_optimizer,
-            compile_mode=ours_mode if kind == "ours" else "default",
-        )  # fmt: skip
-        began = time.perf_counter()
-        first_loss = float(step().detach())
-        sync()
-        first_step_s = time.perf_counter() - began
-        summary = time_steps(
-            step, items=args.batch_size, warmup=args.warmup, iters=args.iters, windows=args.windows, sync=sync
-        )
-        if args.profile:
-            print(f"profile of {kind}, per step:", flush=True)
-            print(format_profile(profile_step(step, sync, families=BERT_FAMILIES)), flush=True)
-        tables = getattr(step.optimizer, "_tables", {})
-        rebuilds = sum(t.rebuilds for t in tables.values()) if tables else None
-        peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-        results.append(
-            {
-                "model": kind,
-                "name": "ours (bert.model)" if kind == "ours" else "transformers.BertForPreTraining",
-                "config": args.model,
-                "batch": args.batch_size,
-                "seq": args.seq,
-                "precision": args.amp,
-                "compile": compile_model and (ours_mode if kind == "ours" else "default"),
-                "sdpa": args.sdpa or "auto",
-                "fp32_residual": args.fp32_residual if kind == "ours" else True,
-                "optimizer": (args.ours_optimizer if kind == "ours" else "adamw")
-                + (" compiled" if args.compile_optimizer and kind == "ours" else ""),
-                "first_step_s": first_step_s,
-                "first_loss": first_loss,
-                "sequences_per_s": summary["throughput"],
-                "peak_memory_gib": peak,
-                "lamb_grad_table_builds": rebuilds,
-                **summary,
-            }
-        )
-        print(
-            f"{results[-1]['name']:<34} {summary['throughput']:10.1f} seq/s  (first loss {first_loss:.3f})",
-            flush=True,
-        )
+        patch = inductor_patch if kind == "ours" else {}
+        with torch._inductor.config.patch(patch):  # ours only: the baseline keeps the defaults
+            torch.manual_seed(0)
+            ours = BertForPreTraining(config)
+            if kind == "ours":
+                model = ours.to(device)
+            else:  # same initial weights in both
+                model = hf_model(config, device)
+                missing, unexpected = model.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
+                assert not unexpected, unexpected
+            model.train()
+            step = make_step(
+                kind, model, batch, amp_dtype, device.type, compile_model,
+                optimizer_name=args.ours_optimizer, compile_optimizer=args.compile_optimizer,
+                compile_mode=ours_mode if kind == "ours" else "default",
+            )  # fmt: skip
+            began = time.perf_counter()
+            first_loss = float(step().detach())
+            sync()
+            first_step_s = time.perf_counter() - began
+            summary = time_steps(
+                step,
+                items=args.batch_size,
+                warmup=args.warmup,
+                iters=args.iters,
+                windows=args.windows,
+                sync=sync,
+            )
+            if args.profile:
+                print(f"profile of {kind}, per step:", flush=True)
+                print(format_profile(profile_step(step, sync, families=BERT_FAMILIES)), flush=True)
+            tables = getattr(step.optimizer, "_tables", {})
+            rebuilds = sum(t.rebuilds for t in tables.values()) if tables else None
+            peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+            results.append(
+                {
+                    "model": kind,
+                    "name": "ours (bert.model)" if kind == "ours" else "transformers.BertForPreTraining",
+                    "config": args.model,
+                    "batch": args.batch_size,
+                    "seq": args.seq,
+                    "precision": args.amp,
+                    "compile": compile_model and (ours_mode if kind == "ours" else "default"),
+                    "sdpa": args.sdpa or "auto",
+                    "fp32_residual": args.fp32_residual if kind == "ours" else True,
+                    "inductor": patch,
+                    "optimizer": (args.ours_optimizer if kind == "ours" else "adamw")
+                    + (" compiled" if args.compile_optimizer and kind == "ours" else ""),
+                    "first_step_s": first_step_s,
+                    "first_loss": first_loss,
+                    "sequences_per_s": summary["throughput"],
+                    "peak_memory_gib": peak,
+                    "lamb_grad_table_builds": rebuilds,
+                    **summary,
+                }
+            )
+            print(
+                f"{results[-1]['name']:<34} {summary['throughput']:10.1f} seq/s  (first loss {first_loss:.3f})",
+                flush=True,
+            )
         del model, ours, step
         gc.collect()
         if device.type == "cuda":
@@ -312,6 +329,11 @@ def main(argv=None) -> None:
     p.add_argument(
         "--fp32-residual", action="store_true", help="ours: keep the residual stream in fp32 under autocast"
     )
+    p.add_argument(
+        "--inductor", action="append", default=[], metavar="KEY=VALUE",
+        help="ours: a torch._inductor.config setting while it compiles and runs, e.g. "
+        "triton.mix_order_reduction_split_size=64 (repeatable)",
+    )  # fmt: skip
     p.add_argument(
         "--profile", action="store_true", help="print device time per kernel family of each model's step"
     )
