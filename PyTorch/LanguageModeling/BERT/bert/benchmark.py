@@ -85,6 +85,7 @@ def make_step(
     optimizer_name="lamb",
     compile_optimizer=False,
     compile_mode=None,
+    master_weights=False,
 ):
     """A function running one optimizer step of `kind` ("ours" or "hf") on the batch; returns loss."""
     autocast = dict(device_type=device_type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
@@ -96,7 +97,12 @@ def make_step(
                 "lamb-compiled": "compiled",
             }  # fmt: skip
             implementation = implementations[optimizer_name]
-            optimizer = Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation=implementation)
+            optimizer = Lamb(
+                parameter_groups(model, 0.01),
+                lr=1e-4,
+                implementation=implementation,
+                master_weights=master_weights,
+            )
         else:
             optimizer = torch.optim.AdamW(
                 model.parameters(), lr=1e-4, weight_decay=0.01, fused=device_type == "cuda"
@@ -177,6 +183,8 @@ def run(args) -> list[dict]:
     choose_sdpa(args.sdpa)
     if args.ours_optimizer == "lamb-triton" and device.type != "cuda" and "ours" in args.models:
         raise SystemExit("--ours-optimizer lamb-triton needs a CUDA device (use lamb on a CPU)")
+    if args.bf16_weights and (args.amp != "bf16" or not args.ours_optimizer.startswith("lamb")):
+        raise SystemExit("--bf16-weights needs --amp bf16 and a LAMB optimizer (it keeps the fp32 masters)")
     compile_model = args.compile if args.compile is not None else device.type == "cuda"
     # ours: CUDA graphs by default on a GPU (the recipe's lever); Hugging Face: torch.compile's default
     ours_mode = args.compile_mode or ("reduce-overhead" if device.type == "cuda" else "default")
@@ -192,7 +200,7 @@ def run(args) -> list[dict]:
             torch.manual_seed(0)
             ours = BertForPreTraining(config)
             if kind == "ours":
-                model = ours.to(device)
+                model = ours.to(device, torch.bfloat16 if args.bf16_weights else None)
             else:  # same initial weights in both
                 model = hf_model(config, device)
                 missing, unexpected = model.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
@@ -201,7 +209,7 @@ def run(args) -> list[dict]:
             step = make_step(
                 kind, model, batch, amp_dtype, device.type, compile_model,
                 optimizer_name=args.ours_optimizer, compile_optimizer=args.compile_optimizer,
-                compile_mode=ours_mode if kind == "ours" else "default",
+                compile_mode=ours_mode if kind == "ours" else "default", master_weights=args.bf16_weights,
             )  # fmt: skip
             began = time.perf_counter()
             first_loss = float(step().detach())
@@ -233,6 +241,7 @@ def run(args) -> list[dict]:
                     "sdpa": args.sdpa or "auto",
                     "fp32_residual": args.fp32_residual if kind == "ours" else True,
                     "inductor": patch,
+                    "weights": "bf16 + fp32 masters" if args.bf16_weights and kind == "ours" else "fp32",
                     "optimizer": (args.ours_optimizer if kind == "ours" else "adamw")
                     + (" compiled" if args.compile_optimizer and kind == "ours" else ""),
                     "first_step_s": first_step_s,
@@ -329,6 +338,10 @@ def main(argv=None) -> None:
     p.add_argument(
         "--fp32-residual", action="store_true", help="ours: keep the residual stream in fp32 under autocast"
     )
+    p.add_argument(
+        "--bf16-weights", action="store_true",
+        help="ours: the model's parameters in bf16, fp32 master weights in LAMB (no per-step weight casts)",
+    )  # fmt: skip
     p.add_argument(
         "--inductor", action="append", default=[], metavar="KEY=VALUE",
         help="ours: a torch._inductor.config setting while it compiles and runs, e.g. "

@@ -7,6 +7,10 @@ Per parameter tensor p with gradient g (after optional clipping of the global gr
     p = p - lr r u
 Biases and LayerNorm weights go in a group with wd=0 and adapt=False (the original recipe). The
 update runs on whole parameter lists with `torch._foreach_*` ops (a handful of kernels per step).
+
+With ``master_weights=True`` a model held in bf16/fp16 trains as in mixed precision with fp32
+weights: each half-precision parameter keeps an fp32 copy in the optimizer state ("master"), the
+update runs on that copy with the gradient taken to fp32, and the parameter is written from it.
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ class Lamb(torch.optim.Optimizer):
         max_grad_norm: float | None = 1.0,
         adapt: bool = True,
         implementation: str = "foreach",
+        master_weights: bool = False,
     ):
         """implementation: "foreach" (multi-tensor ops, ~30 passes over the state), "fused_adam"
         (PyTorch's fused Adam kernel computes the Adam direction into a scratch buffer in one pass,
         then weight decay, trust ratio and the update: about 21 passes), "triton" (two Triton
         kernels over all tensors of a group, about 11 passes: bert/lamb_triton.py; CUDA only),
         "per_tensor" (one plain function per chunk of tensors) or "compiled" (that function
-        through torch.compile). All keep the same state, so a checkpoint moves between them."""
+        through torch.compile). All keep the same state, so a checkpoint moves between them.
+        master_weights: keep fp32 copies of bf16/fp16 parameters (module docstring)."""
         if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"bad LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
         if implementation not in IMPLEMENTATIONS:
@@ -41,6 +47,7 @@ class Lamb(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.max_grad_norm = max_grad_norm
         self.implementation = implementation
+        self.master_weights = master_weights
         self._scratch: dict[torch.Tensor, torch.Tensor] = {}
         self._tables: dict[int, object] = {}  # triton: per-group address tables
         self._host_step: dict[int, int] = {}  # triton: the step count, kept on the host too
@@ -61,56 +68,70 @@ class Lamb(torch.optim.Optimizer):
         clip = None
         if self.max_grad_norm:
             # global norm over every gradient; the division stays on the device (no host sync)
-            total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads_all, 2.0)), 2.0)
+            norms = torch._foreach_norm(grads_all, 2.0, dtype=torch.float32)
+            total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
             clip = torch.clamp(total / self.max_grad_norm, min=1.0)
         for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
                 continue
             grads = [p.grad for p in params]
-            if clip is not None and self.implementation in ("foreach", "fused_adam"):
-                torch._foreach_div_(grads, clip)  # in place: no second copy of every gradient
+            copies = None  # with master weights: the half-precision parameters to write back
             for p in params:
                 state = self.state[p]
-                if not state:
+                if self.master_weights and p.dtype != torch.float32 and "master" not in state:
+                    state["master"] = p.detach().float().clone(memory_format=torch.preserve_format)
+                if "step" not in state:
+                    ref = state.get("master", p)
                     state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            steps = [self.state[p]["step"] for p in params]
-            m = [self.state[p]["exp_avg"] for p in params]
-            v = [self.state[p]["exp_avg_sq"] for p in params]
-            beta1, beta2 = group["betas"]
+                    state["exp_avg"] = torch.zeros_like(ref, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(ref, memory_format=torch.preserve_format)
+            if any("master" in self.state[p] for p in params):
+                copies = params
+                params = [self.state[p].get("master", p) for p in params]
+                if self.implementation != "triton":  # the Triton kernels read half-precision gradients
+                    grads = [g.float() for g in grads]
+            if clip is not None and self.implementation in ("foreach", "fused_adam"):
+                torch._foreach_div_(grads, clip)  # in place: no second copy of every gradient
+            keys = copies if copies is not None else params
+            steps = [self.state[p]["step"] for p in keys]
+            m = [self.state[p]["exp_avg"] for p in keys]
+            v = [self.state[p]["exp_avg_sq"] for p in keys]
             torch._foreach_add_(steps, 1.0)
             if self.implementation == "triton":
-                self._step_triton(index, group, params, grads, m, v, steps, clip)
+                self._step_triton(index, group, params, grads, m, v, steps, clip, copies)
                 continue
             if self.implementation == "fused_adam":
                 self._step_fused_adam(group, params, grads, m, v, steps)
-                continue
-            if self.implementation != "foreach":
+            elif self.implementation != "foreach":
                 self._step_per_tensor(group, params, grads, m, v, steps[0], clip)
-                continue
-            t = steps[0]
-            torch._foreach_lerp_(m, grads, 1 - beta1)
-            torch._foreach_mul_(v, beta2)
-            torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
-            bias1 = 1 - beta1**t
-            bias2_sqrt = torch.sqrt(1 - beta2**t)
-            denom = torch._foreach_sqrt(v)
-            torch._foreach_div_(denom, bias2_sqrt)
-            torch._foreach_add_(denom, group["eps"])
-            update = torch._foreach_div(m, denom)
-            torch._foreach_div_(update, bias1)
-            if group["weight_decay"]:
-                torch._foreach_add_(update, params, alpha=group["weight_decay"])
-            if group["adapt"]:
-                # all trust ratios in one vector: a few kernels, not a few per parameter tensor
-                w_norm = torch.stack(torch._foreach_norm(params, 2.0))
-                u_norm = torch.stack(torch._foreach_norm(update, 2.0))
-                ratios = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                torch._foreach_mul_(update, list(ratios.unbind(0)))
-            torch._foreach_add_(params, update, alpha=-group["lr"])
+            else:
+                self._step_foreach(group, params, grads, m, v, steps[0])
+            if copies is not None:
+                torch._foreach_copy_(copies, params)
         return loss
+
+    def _step_foreach(self, group, params, grads, m, v, t) -> None:
+        beta1, beta2 = group["betas"]
+        torch._foreach_lerp_(m, grads, 1 - beta1)
+        torch._foreach_mul_(v, beta2)
+        torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+        bias1 = 1 - beta1**t
+        bias2_sqrt = torch.sqrt(1 - beta2**t)
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, bias2_sqrt)
+        torch._foreach_add_(denom, group["eps"])
+        update = torch._foreach_div(m, denom)
+        torch._foreach_div_(update, bias1)
+        if group["weight_decay"]:
+            torch._foreach_add_(update, params, alpha=group["weight_decay"])
+        if group["adapt"]:
+            # all trust ratios in one vector: a few kernels, not a few per parameter tensor
+            w_norm = torch.stack(torch._foreach_norm(params, 2.0))
+            u_norm = torch.stack(torch._foreach_norm(update, 2.0))
+            ratios = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+            torch._foreach_mul_(update, list(ratios.unbind(0)))
+        torch._foreach_add_(params, update, alpha=-group["lr"])
 
     def _step_fused_adam(self, group, params, grads, m, v, steps) -> None:
         beta1, beta2 = group["betas"]
@@ -134,12 +155,12 @@ class Lamb(torch.optim.Optimizer):
             torch._foreach_mul_(update, list(ratios.unbind(0)))
         torch._foreach_add_(params, update, alpha=-group["lr"])
 
-    def _step_triton(self, index, group, params, grads, m, v, steps, clip) -> None:
+    def _step_triton(self, index, group, params, grads, m, v, steps, clip, copies) -> None:
         from bert import lamb_triton
 
         tables = self._tables.get(index)
         if tables is None or tables.ids != tuple(map(id, params)):
-            tables = self._tables[index] = lamb_triton.GroupTables(params, m, v)
+            tables = self._tables[index] = lamb_triton.GroupTables(params, m, v, copies)
         if index not in self._host_step:
             self._host_step[index] = int(steps[0].item()) - 1  # once: after a start or a load
         self._host_step[index] += 1
@@ -152,7 +173,17 @@ class Lamb(torch.optim.Optimizer):
         )  # fmt: skip
 
     def load_state_dict(self, state_dict) -> None:
+        saved = state_dict["state"]
+        ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
         super().load_state_dict(state_dict)
+        # torch casts floating-point state to its parameter's dtype: a half-precision parameter's
+        # fp32 master and moments are put back as they were saved
+        for i, p in zip(ids, params, strict=False):
+            for key in ("master", "exp_avg", "exp_avg_sq"):
+                value = saved.get(i, {}).get(key)
+                if value is not None and value.dtype == torch.float32 and p.dtype != torch.float32:
+                    self.state[p][key] = value.to(p.device, copy=True)
         # new state tensors: the address tables and the host step count are rebuilt
         self._tables.clear()
         self._host_step.clear()

@@ -13,6 +13,10 @@ launches, not a few per tensor.
 Memory traffic per step, in passes over the parameter size: gradient 2 (the global norm and pass 1),
 moments 3 each, parameters 3, about 11 in all against about 21 for the fused-Adam composition; and
 host work of a few launches. Needs CUDA tensors of float32.
+
+With master weights (a bf16/fp16 model, fp32 copies in the optimizer), the kernels read the
+half-precision gradients directly and pass 2 also writes the half-precision parameter: the gradient
+passes move half the bytes, and the model's forward needs no per-step cast of its weights.
 """
 
 from __future__ import annotations
@@ -42,6 +46,12 @@ def _address(table, t):
 
 
 @triton.jit
+def _typed_address(table, t, dtype: tl.constexpr):
+    """Tensor ``t``'s base address as a pointer to ``dtype``."""
+    return tl.load(table + t).to(tl.pointer_type(dtype))
+
+
+@triton.jit
 def _direction(m, v, p, inv_bias1, inv_bias2_sqrt, eps, weight_decay):
     """u = m^ / (sqrt(v^) + eps) + wd p"""
     return (m * inv_bias1) / (tl.sqrt(v) * inv_bias2_sqrt + eps) + weight_decay * p
@@ -51,11 +61,11 @@ def _direction(m, v, p, inv_bias1, inv_bias2_sqrt, eps, weight_decay):
 def _moments_kernel(
     p_table, g_table, m_table, v_table, chunk_tensor, chunk_start, numels, clip_ptr, part_u, part_p,
     beta1, beta2, inv_bias1, inv_bias2_sqrt, eps, weight_decay,
-    CHUNK: tl.constexpr, BLOCK: tl.constexpr, ADAPT: tl.constexpr,
+    CHUNK: tl.constexpr, BLOCK: tl.constexpr, ADAPT: tl.constexpr, GRAD_DTYPE: tl.constexpr,
 ):  # fmt: skip
     c = tl.program_id(0)
     t, start, n = _chunk(chunk_tensor, chunk_start, numels, c)
-    p_ptr, g_ptr = _address(p_table, t), _address(g_table, t)
+    p_ptr, g_ptr = _address(p_table, t), _typed_address(g_table, t, GRAD_DTYPE)
     m_ptr, v_ptr = _address(m_table, t), _address(v_table, t)
     inv_clip = 1.0 / tl.load(clip_ptr)
     acc_u = tl.zeros([BLOCK], dtype=tl.float32)
@@ -63,7 +73,7 @@ def _moments_kernel(
     for offset in range(0, CHUNK, BLOCK):
         idx = start + offset + tl.arange(0, BLOCK)
         mask = idx < n
-        g = tl.load(g_ptr + idx, mask=mask, other=0.0) * inv_clip
+        g = tl.load(g_ptr + idx, mask=mask, other=0.0).to(tl.float32) * inv_clip
         m = tl.load(m_ptr + idx, mask=mask, other=0.0)
         v = tl.load(v_ptr + idx, mask=mask, other=0.0)
         m = m + (1.0 - beta1) * (g - m)
@@ -82,9 +92,10 @@ def _moments_kernel(
 
 @triton.jit
 def _apply_kernel(
-    p_table, m_table, v_table, chunk_tensor, chunk_start, numels, first_chunk, num_chunks, part_u, part_p,
-    lr, inv_bias1, inv_bias2_sqrt, eps, weight_decay,
+    p_table, m_table, v_table, q_table, chunk_tensor, chunk_start, numels, first_chunk, num_chunks,
+    part_u, part_p, lr, inv_bias1, inv_bias2_sqrt, eps, weight_decay,
     CHUNK: tl.constexpr, BLOCK: tl.constexpr, REDUCE_BLOCK: tl.constexpr, ADAPT: tl.constexpr,
+    COPY: tl.constexpr, COPY_DTYPE: tl.constexpr,
 ):  # fmt: skip
     c = tl.program_id(0)
     t, start, n = _chunk(chunk_tensor, chunk_start, numels, c)
@@ -110,14 +121,29 @@ def _apply_kernel(
         m = tl.load(m_ptr + idx, mask=mask, other=0.0)
         v = tl.load(v_ptr + idx, mask=mask, other=0.0)
         u = _direction(m, v, p, inv_bias1, inv_bias2_sqrt, eps, weight_decay)
-        tl.store(p_ptr + idx, p - scale * u, mask=mask)
+        p = p - scale * u
+        tl.store(p_ptr + idx, p, mask=mask)
+        if COPY:  # the model's half-precision parameter
+            q_ptr = _typed_address(q_table, t, COPY_DTYPE)
+            tl.store(q_ptr + idx, p.to(COPY_DTYPE, fp_downcast_rounding="rtne"), mask=mask)
+
+
+TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
 class GroupTables:
     """Chunk and address tables of one parameter group, built once; the gradient table is rebuilt
-    only when a gradient moved (the caching allocator normally hands back the same blocks)."""
+    only when a gradient moved (the caching allocator normally hands back the same blocks).
+    ``copies``: with master weights, the model's half-precision parameters (``params`` are then
+    the fp32 masters); their gradients are in the copies' dtype."""
 
-    def __init__(self, params: list[torch.Tensor], ms: list[torch.Tensor], vs: list[torch.Tensor]):
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        ms: list[torch.Tensor],
+        vs: list[torch.Tensor],
+        copies: list[torch.Tensor] | None = None,
+    ):
         on_cpu_ok = os.environ.get("TRITON_INTERPRET") == "1"  # Triton's interpreter: tests on a CPU
         for tensor in (*params, *ms, *vs):
             if (
@@ -126,6 +152,17 @@ class GroupTables:
                 or not tensor.is_contiguous()
             ):
                 raise ValueError("LAMB implementation 'triton' needs contiguous float32 CUDA parameters")
+        self.grad_dtype = torch.float32
+        if copies is not None:
+            dtypes = {q.dtype for q in copies}
+            if len(dtypes) != 1 or not dtypes <= {torch.bfloat16, torch.float16}:
+                raise ValueError(
+                    "LAMB implementation 'triton' with master weights needs the group's parameters all "
+                    f"in bf16 or all in fp16, not {sorted(map(str, dtypes))}"
+                )
+            if not all(q.is_contiguous() for q in copies):
+                raise ValueError("LAMB implementation 'triton' needs contiguous parameters")
+            self.grad_dtype = copies[0].dtype
         device = params[0].device
         self.ids = tuple(map(id, params))
         numels = [p.numel() for p in params]
@@ -145,19 +182,23 @@ class GroupTables:
         self.p_table = table([p.data_ptr() for p in params])
         self.m_table = table([m.data_ptr() for m in ms])
         self.v_table = table([v.data_ptr() for v in vs])
+        self.q_table = table([q.data_ptr() for q in copies]) if copies is not None else self.p_table
+        self.copy = copies is not None
         self.part_u = torch.empty(self.n_chunks, dtype=torch.float32, device=device)
         self.part_p = torch.empty(self.n_chunks, dtype=torch.float32, device=device)
         self.grad_ptrs: tuple[int, ...] = ()
         self.g_table = None
         self.rebuilds = 0  # gradient tables built (the benchmark reports it)
-        self.keep = (params, ms, vs)  # the tables hold raw addresses: keep the tensors alive
+        self.keep = (params, ms, vs, copies)  # the tables hold raw addresses: keep the tensors alive
 
     def grad_table(self, grads: list[torch.Tensor]) -> torch.Tensor:
         ptrs = tuple(g.data_ptr() for g in grads)
         if ptrs != self.grad_ptrs:
             for g in grads:
-                if g.dtype != torch.float32 or not g.is_contiguous():
-                    raise ValueError("LAMB implementation 'triton' needs contiguous float32 gradients")
+                if g.dtype != self.grad_dtype or not g.is_contiguous():
+                    raise ValueError(
+                        f"LAMB implementation 'triton' needs contiguous {self.grad_dtype} gradients, got {g.dtype}"
+                    )
             # pinned + non_blocking: a plain copy from pageable memory would wait for the whole
             # backward pass queued before it, and the host would stop running ahead of the GPU
             host = torch.tensor(ptrs, dtype=torch.int64)
@@ -180,11 +221,12 @@ def lamb_group_step(tables: GroupTables, grads, clip, *, lr, beta1, beta2, eps, 
         tables.p_table, g_table, tables.m_table, tables.v_table, tables.chunk_tensor, tables.chunk_start,
         tables.numels, clip, tables.part_u, tables.part_p,
         beta1, beta2, inv_bias1, inv_bias2_sqrt, eps, weight_decay,
-        CHUNK=CHUNK, BLOCK=BLOCK, ADAPT=bool(adapt),
+        CHUNK=CHUNK, BLOCK=BLOCK, ADAPT=bool(adapt), GRAD_DTYPE=TRITON_DTYPES[tables.grad_dtype],
     )  # fmt: skip
     _apply_kernel[grid](
-        tables.p_table, tables.m_table, tables.v_table, tables.chunk_tensor, tables.chunk_start,
+        tables.p_table, tables.m_table, tables.v_table, tables.q_table, tables.chunk_tensor, tables.chunk_start,
         tables.numels, tables.first_chunk, tables.num_chunks, tables.part_u, tables.part_p,
         lr, inv_bias1, inv_bias2_sqrt, eps, weight_decay,
         CHUNK=CHUNK, BLOCK=BLOCK, REDUCE_BLOCK=REDUCE_BLOCK, ADAPT=bool(adapt),
+        COPY=tables.copy, COPY_DTYPE=TRITON_DTYPES[tables.grad_dtype],
     )  # fmt: skip

@@ -73,6 +73,34 @@ def test_lamb_matches_the_reference_update(implementation):
         np.testing.assert_allclose(p.detach().numpy(), e, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("implementation", ["foreach", "per_tensor", "fused_adam"])
+def test_master_weights_run_the_fp32_update_and_write_bf16(implementation):
+    """A bf16 model with fp32 masters: the masters follow the paper's fp32 update driven by the bf16
+    gradients, the parameters are the masters rounded to bf16, and a state-dict round trip keeps them."""
+    torch.manual_seed(4)
+    init = [torch.randn(4, 3).bfloat16(), torch.randn(5).bfloat16()]
+    grads_per_step = [[(torch.randn(p.shape) * 3).bfloat16() for p in init] for _ in range(4)]
+    expected = reference_lamb(
+        [p.float().numpy() for p in init],
+        [[g.float().numpy() for g in grads] for grads in grads_per_step],
+        lr=0.05, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, max_norm=1.0,
+    )  # fmt: skip
+    params = [nn.Parameter(p.clone()) for p in init]
+    optimizer = Lamb(params, lr=0.05, weight_decay=0.01, implementation=implementation, master_weights=True)
+    for k, grads in enumerate(grads_per_step):
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        optimizer.step()
+        if k == 1:
+            optimizer.load_state_dict(optimizer.state_dict())
+    for p, e, p0 in zip(params, expected, init, strict=True):
+        master = optimizer.state[p]["master"]
+        assert p.dtype == torch.bfloat16 and master.dtype == torch.float32
+        np.testing.assert_allclose(master.numpy(), e, rtol=1e-5, atol=1e-6)
+        assert torch.equal(p.detach(), master.bfloat16())
+        assert not torch.equal(p.detach(), p0)  # it moved
+
+
 def test_parameter_groups_exclude_bias_and_layernorm():
     model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
     decay, plain = parameter_groups(model, 0.01)
@@ -141,6 +169,23 @@ for implementation in ("foreach", "triton"):
         opt.step()
     results.append([p.detach().clone() for p in params])
 report["vs_foreach"] = max(float((a - b).abs().max()) for a, b in zip(*results))
+# master weights: bf16 parameters and gradients, fp32 masters
+init16 = [p.bfloat16() for p in init]
+steps16 = [[g.bfloat16() for g in gs] for gs in steps]
+params = [torch.nn.Parameter(p.clone()) for p in init16]
+opt = Lamb(params, lr=0.05, weight_decay=0.01, implementation="triton", master_weights=True)
+for grads in steps16:
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    opt.step()
+expected = reference_lamb([p.float().numpy() for p in init16], [[g.float().numpy() for g in gs] for gs in steps16],
+                          lr=0.05, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, max_norm=1.0)
+masters = [opt.state[p]["master"] for p in params]
+report["master_vs_reference"] = max(float(np.abs(m.numpy() - e).max() / np.abs(e).max()) for m, e in zip(masters, expected))
+# the bf16 parameter within one bf16 step (2^-8 relative) of its master: Triton's interpreter
+# rounds toward zero where the GPU rounds to nearest (the GPU test checks equality)
+report["copy_vs_master"] = max(float(((p.detach().float() - m).abs() / m.abs().clamp_min(1e-30)).max()) for p, m in zip(params, masters))
+report["copy_dtype"] = str(params[0].dtype)
 print(json.dumps(report))
 """
 
@@ -158,26 +203,36 @@ def test_triton_lamb_kernels_in_the_interpreter(model_dir):
     assert report["moved"] > 1e-3  # the parameters did change
     assert report["vs_reference"] < 1e-5, report
     assert report["vs_foreach"] < 1e-5, report
+    assert report["master_vs_reference"] < 1e-5, report
+    assert report["copy_vs_master"] <= 2**-7 and report["copy_dtype"] == "torch.bfloat16", report
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (compiled Triton kernels)")
-def test_triton_lamb_equals_foreach_on_gpu():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_triton_lamb_equals_foreach_on_gpu(dtype):
+    """fp32 parameters, or bf16 parameters with fp32 masters (bf16 gradients read by the kernels)."""
     torch.manual_seed(2)
-    init = [torch.randn(s, device="cuda") for s in [(3000, 17), (1024,), (33,)]]
+    init = [torch.randn(s, device="cuda").to(dtype) for s in [(3000, 17), (1024,), (33,)]]
     finals = []
     for implementation in ("foreach", "triton"):
         params = [nn.Parameter(p.clone()) for p in init]
         groups = [{"params": params[:2], "weight_decay": 0.01, "adapt": True},
                   {"params": params[2:], "weight_decay": 0.0, "adapt": False}]  # fmt: skip
-        optimizer = Lamb(groups, lr=0.02, implementation=implementation)
+        optimizer = Lamb(groups, lr=0.02, implementation=implementation, master_weights=True)
         generator = torch.Generator(device="cuda").manual_seed(7)
         for _ in range(5):
             for p in params:
-                p.grad = torch.randn(p.shape, device="cuda", generator=generator)
+                p.grad = torch.randn(p.shape, device="cuda", generator=generator).to(dtype)
             optimizer.step()
-        finals.append(params)
+        finals.append([optimizer.state[p].get("master", p) for p in params] + params)
     for p, q in zip(*finals, strict=True):
-        torch.testing.assert_close(p, q, atol=2e-6, rtol=1e-5)
+        if p.dtype == torch.bfloat16:  # the parameters: their masters rounded to nearest
+            torch.testing.assert_close(p, q, atol=0, rtol=2**-8)
+        else:
+            torch.testing.assert_close(p, q, atol=2e-6, rtol=1e-5)
+    masters_and_params = finals[1]
+    for master, p in zip(masters_and_params[:3], masters_and_params[3:], strict=True):
+        assert torch.equal(p.detach(), master.to(dtype))
 
 
 def test_auto_implementation_picks_triton_on_cuda_only():
