@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 MODEL_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -48,16 +50,22 @@ def test_data_prepare_and_train_through_the_scripts(tmp_path, english_text, tiny
     assert (tmp_path / "r" / "model.pt").is_file()
 
 
-def test_benchmark_tiny_runs_on_cpu(tmp_path):
-    proc = sh("benchmark.sh", "--tiny", "--device", "cpu", "--output", tmp_path / "bench.json")
+@pytest.mark.parametrize("extra", [(), ("--bf16-weights", "--inductor", "triton.mix_order_reduction=false")])
+def test_benchmark_tiny_runs_on_cpu(tmp_path, extra):
+    proc = sh("benchmark.sh", "--tiny", "--device", "cpu", "--output", tmp_path / "bench.json", *extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ours / transformers:" in proc.stdout
     report = json.loads((tmp_path / "bench.json").read_text())
     assert [r["model"] for r in report["results"]] == ["ours", "hf"]
     assert all(r["sequences_per_s"] > 0 for r in report["results"])
-    # same initial weights and data: both compute the same loss
+    # same initial weights and data: both compute the same loss (ours in bf16 weights too)
     losses = [r["first_loss"] for r in report["results"]]
     assert abs(losses[0] - losses[1]) < 0.05
+    ours, hf = report["results"]
+    assert ours["weights"] == ("bf16 + fp32 masters" if extra else "fp32") and hf["weights"] == "fp32"
+    assert (
+        ours["inductor"] == ({"triton.mix_order_reduction": False} if extra else {}) and hf["inductor"] == {}
+    )
 
 
 def test_evaluate_scores_a_predictions_file(tmp_path):
