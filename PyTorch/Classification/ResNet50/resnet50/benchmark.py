@@ -46,7 +46,7 @@ class Variant:
     decode_batch: int = 0  # gpu-decode: images per decode call (0: the whole batch)
     prefetch_depth: int = 2  # gpu-decode: batches decoded ahead
     prefetch_priority: bool = True  # gpu-decode: crop/resize on a high-priority stream
-    pin_encoded: bool = False  # gpu-decode: encoded bytes pinned by the loader before decoding
+    pin_encoded: bool = True  # gpu-decode: encoded bytes pinned by the loader before decoding
 
 
 TRAIN_VARIANTS = {
@@ -71,7 +71,7 @@ TRAIN_VARIANTS = {
     "ours-jpeg-chunk64": Variant("ours-jpeg-chunk64", data="gpu-decode", decode_batch=64),
     "ours-jpeg-depth4": Variant("ours-jpeg-depth4", data="gpu-decode", prefetch_depth=4),
     "ours-jpeg-lowprio": Variant("ours-jpeg-lowprio", data="gpu-decode", prefetch_priority=False),
-    "ours-jpeg-pinned": Variant("ours-jpeg-pinned", data="gpu-decode", pin_encoded=True),
+    "ours-jpeg-pageable": Variant("ours-jpeg-pageable", data="gpu-decode", pin_encoded=False),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
     ),

@@ -55,7 +55,7 @@ class DataConfig:
     decode_batch: int = 0  # gpu-decode: images per decode call (0: the whole batch in one call)
     prefetch_depth: int = 2  # gpu-decode with prefetch: batches decoded ahead
     prefetch_priority: bool = True  # gpu-decode with prefetch: crop/resize kernels on a high-priority stream
-    pin_encoded: bool = False  # gpu-decode on CUDA: pin each batch's encoded bytes before nvJPEG reads them
+    pin_encoded: bool = True  # gpu-decode on CUDA: pin each batch's encoded bytes before nvJPEG reads them
 
 
 def val_resize_size(image_size: int) -> int:
