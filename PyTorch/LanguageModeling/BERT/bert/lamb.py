@@ -9,8 +9,11 @@ Biases and LayerNorm weights go in a group with wd=0 and adapt=False (the origin
 update runs on whole parameter lists with `torch._foreach_*` ops (a handful of kernels per step).
 
 With ``master_weights=True`` a model held in bf16/fp16 trains as in mixed precision with fp32
-weights: each half-precision parameter keeps an fp32 copy in the optimizer state ("master"), the
-update runs on that copy with the gradient taken to fp32, and the parameter is written from it.
+weights: each parameter keeps an fp32 copy in the optimizer state ("master", taken when the
+optimizer is built, so build it before converting the model), the update runs on that copy with
+the gradient taken to fp32, and the parameter is written from it. For gradient accumulation,
+``accumulate_grads()`` after each micro-step's backward adds the half-precision gradients into fp32
+sums held by the optimizer (a bf16 sum would drop small contributions); the next ``step()`` uses them.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class Lamb(torch.optim.Optimizer):
         kernels over all tensors of a group, about 11 passes: bert/lamb_triton.py; CUDA only),
         "per_tensor" (one plain function per chunk of tensors) or "compiled" (that function
         through torch.compile). All keep the same state, so a checkpoint moves between them.
-        master_weights: keep fp32 copies of bf16/fp16 parameters (module docstring)."""
+        master_weights: keep fp32 copies of the parameters and update those (module docstring)."""
         if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"bad LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
         if implementation not in IMPLEMENTATIONS:
@@ -50,19 +53,52 @@ class Lamb(torch.optim.Optimizer):
         self.master_weights = master_weights
         self._scratch: dict[torch.Tensor, torch.Tensor] = {}
         self._tables: dict[int, object] = {}  # triton: per-group address tables
+        self._grad_sums: dict[torch.Tensor, torch.Tensor] = {}  # accumulate_grads: fp32, not in state
+        self._summed: set[torch.Tensor] = set()  # parameters with a gradient in the current sums
         self._host_step: dict[int, int] = {}  # triton: the step count, kept on the host too
         self._update = _update_tensors
         if implementation == "compiled":
-            import torch._dynamo
+            import torch._dynamo as dynamo  # (a plain `import torch._dynamo` would make torch local here)
 
             # one compiled graph per distinct chunk of shapes (a transformer repeats a few)
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+            dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)
             self._update = torch.compile(_update_tensors, dynamic=False)
+        if master_weights:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    self.state[p]["master"] = p.detach().float().clone(memory_format=torch.preserve_format)
+
+    @torch.no_grad()
+    def accumulate_grads(self) -> None:
+        """Add each parameter's ``.grad`` into an fp32 sum kept by the optimizer, then drop ``.grad``.
+        Call after every micro-step's backward; the next ``step()`` updates with the sums."""
+        fresh, added = ([], []), ([], [])
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p not in self._grad_sums:
+                    self._grad_sums[p] = torch.empty(p.shape, dtype=torch.float32, device=p.device)
+                target = added if p in self._summed else fresh
+                target[0].append(self._grad_sums[p])
+                target[1].append(p.grad)
+                self._summed.add(p)
+                p.grad = None
+        if fresh[0]:
+            torch._foreach_copy_(*fresh)  # the first micro-step of a step: no zeroing pass
+        if added[0]:
+            torch._foreach_add_(*added)
+
+    def _grad(self, p: torch.Tensor) -> torch.Tensor | None:
+        if self._summed:
+            return self._grad_sums[p] if p in self._summed else None
+        return p.grad
 
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        grads_all = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        grads_all = [self._grad(p) for g in self.param_groups for p in g["params"]]
+        grads_all = [g for g in grads_all if g is not None]
         if not grads_all:
             return loss
         clip = None
@@ -72,14 +108,14 @@ class Lamb(torch.optim.Optimizer):
             total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
             clip = torch.clamp(total / self.max_grad_norm, min=1.0)
         for index, group in enumerate(self.param_groups):
-            params = [p for p in group["params"] if p.grad is not None]
+            params = [p for p in group["params"] if self._grad(p) is not None]
             if not params:
                 continue
-            grads = [p.grad for p in params]
+            grads = [self._grad(p) for p in params]
             copies = None  # with master weights: the half-precision parameters to write back
             for p in params:
                 state = self.state[p]
-                if self.master_weights and p.dtype != torch.float32 and "master" not in state:
+                if self.master_weights and "master" not in state:
                     state["master"] = p.detach().float().clone(memory_format=torch.preserve_format)
                 if "step" not in state:
                     ref = state.get("master", p)
@@ -90,7 +126,7 @@ class Lamb(torch.optim.Optimizer):
                 copies = params
                 params = [self.state[p].get("master", p) for p in params]
                 if self.implementation != "triton":  # the Triton kernels read half-precision gradients
-                    grads = [g.float() for g in grads]
+                    grads = [g.float() if g.dtype != torch.float32 else g for g in grads]
             if clip is not None and self.implementation in ("foreach", "fused_adam"):
                 torch._foreach_div_(grads, clip)  # in place: no second copy of every gradient
             keys = copies if copies is not None else params
@@ -109,6 +145,7 @@ class Lamb(torch.optim.Optimizer):
                 self._step_foreach(group, params, grads, m, v, steps[0])
             if copies is not None:
                 torch._foreach_copy_(copies, params)
+        self._summed.clear()  # the next accumulate_grads starts new sums
         return loss
 
     def _step_foreach(self, group, params, grads, m, v, t) -> None:
@@ -184,6 +221,9 @@ class Lamb(torch.optim.Optimizer):
                 value = saved.get(i, {}).get(key)
                 if value is not None and value.dtype == torch.float32 and p.dtype != torch.float32:
                     self.state[p][key] = value.to(p.device, copy=True)
+            if self.master_weights and "master" not in self.state[p]:  # saved without master weights
+                self.state[p]["master"] = p.detach().float().clone(memory_format=torch.preserve_format)
+        self._summed.clear()
         # new state tensors: the address tables and the host step count are rebuilt
         self._tables.clear()
         self._host_step.clear()

@@ -15,8 +15,9 @@ moments 3 each, parameters 3, about 11 in all against about 21 for the fused-Ada
 host work of a few launches. Needs CUDA tensors of float32.
 
 With master weights (a bf16/fp16 model, fp32 copies in the optimizer), the kernels read the
-half-precision gradients directly and pass 2 also writes the half-precision parameter: the gradient
-passes move half the bytes, and the model's forward needs no per-step cast of its weights.
+gradients in their own dtype (bf16 straight from the backward pass, or the fp32 sums of gradient
+accumulation) and pass 2 also writes the model's parameter: the model's forward needs no per-step
+cast of its weights.
 """
 
 from __future__ import annotations
@@ -134,8 +135,8 @@ TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.f
 class GroupTables:
     """Chunk and address tables of one parameter group, built once; the gradient table is rebuilt
     only when a gradient moved (the caching allocator normally hands back the same blocks).
-    ``copies``: with master weights, the model's half-precision parameters (``params`` are then
-    the fp32 masters); their gradients are in the copies' dtype."""
+    ``copies``: with master weights, the model's parameters (``params`` are then the fp32
+    masters). Gradients may be float32, bfloat16 or float16, all of a group in one dtype."""
 
     def __init__(
         self,
@@ -153,16 +154,17 @@ class GroupTables:
             ):
                 raise ValueError("LAMB implementation 'triton' needs contiguous float32 CUDA parameters")
         self.grad_dtype = torch.float32
+        self.copy_dtype = torch.float32
         if copies is not None:
             dtypes = {q.dtype for q in copies}
-            if len(dtypes) != 1 or not dtypes <= {torch.bfloat16, torch.float16}:
+            if len(dtypes) != 1 or not dtypes <= set(TRITON_DTYPES):
                 raise ValueError(
                     "LAMB implementation 'triton' with master weights needs the group's parameters all "
-                    f"in bf16 or all in fp16, not {sorted(map(str, dtypes))}"
+                    f"in one of float32, bfloat16, float16, not {sorted(map(str, dtypes))}"
                 )
             if not all(q.is_contiguous() for q in copies):
                 raise ValueError("LAMB implementation 'triton' needs contiguous parameters")
-            self.grad_dtype = copies[0].dtype
+            self.copy_dtype = copies[0].dtype
         device = params[0].device
         self.ids = tuple(map(id, params))
         numels = [p.numel() for p in params]
@@ -193,12 +195,16 @@ class GroupTables:
 
     def grad_table(self, grads: list[torch.Tensor]) -> torch.Tensor:
         ptrs = tuple(g.data_ptr() for g in grads)
-        if ptrs != self.grad_ptrs:
-            for g in grads:
-                if g.dtype != self.grad_dtype or not g.is_contiguous():
-                    raise ValueError(
-                        f"LAMB implementation 'triton' needs contiguous {self.grad_dtype} gradients, got {g.dtype}"
-                    )
+        if ptrs != self.grad_ptrs or grads[0].dtype != self.grad_dtype:
+            dtypes = {g.dtype for g in grads}
+            if len(dtypes) != 1 or not dtypes <= set(TRITON_DTYPES):
+                raise ValueError(
+                    "LAMB implementation 'triton' needs a group's gradients in one of float32, bfloat16, "
+                    f"float16, not {sorted(map(str, dtypes))}"
+                )
+            if not all(g.is_contiguous() for g in grads):
+                raise ValueError("LAMB implementation 'triton' needs contiguous gradients")
+            self.grad_dtype = grads[0].dtype
             # pinned + non_blocking: a plain copy from pageable memory would wait for the whole
             # backward pass queued before it, and the host would stop running ahead of the GPU
             host = torch.tensor(ptrs, dtype=torch.int64)
@@ -228,5 +234,5 @@ def lamb_group_step(tables: GroupTables, grads, clip, *, lr, beta1, beta2, eps, 
         tables.numels, tables.first_chunk, tables.num_chunks, tables.part_u, tables.part_p,
         lr, inv_bias1, inv_bias2_sqrt, eps, weight_decay,
         CHUNK=CHUNK, BLOCK=BLOCK, REDUCE_BLOCK=REDUCE_BLOCK, ADAPT=bool(adapt),
-        COPY=tables.copy, COPY_DTYPE=TRITON_DTYPES[tables.grad_dtype],
+        COPY=tables.copy, COPY_DTYPE=TRITON_DTYPES[tables.copy_dtype],
     )  # fmt: skip

@@ -143,9 +143,37 @@ def build_model(recipe: dict, vocab_size: int, nsp: bool, init_checkpoint: str |
     return model
 
 
+def weights_of(recipe: dict, amp: str, world_size: int) -> bool:
+    """The recipe's `weights`: fp32 (default) or bf16 (bf16 parameters, fp32 master weights and fp32
+    gradient sums in LAMB); True for bf16. bf16 needs bf16 autocast and one process."""
+    value = recipe.get("weights", "fp32")
+    if value not in ("fp32", "bf16"):
+        raise SystemExit(f"weights: {value!r} is not fp32 or bf16")
+    if value == "bf16" and amp != "bf16":
+        raise SystemExit(f"weights: bf16 needs amp: bf16 (the recipe has amp: {amp})")
+    if value == "bf16" and world_size > 1:
+        raise SystemExit(
+            "weights: bf16 is for one process (DDP would all-reduce bf16 gradients); use weights: fp32"
+        )
+    return value == "bf16"
+
+
+def full_precision_state(model, optimizer) -> dict:
+    """The model's state dict in fp32: each trained parameter's fp32 master where the optimizer
+    keeps one (weights: bf16), every other floating-point tensor converted."""
+    state = model.state_dict()
+    masters = {name: optimizer.state.get(p, {}).get("master") for name, p in model.named_parameters()}
+    for name, value in state.items():
+        if masters.get(name) is not None:
+            state[name] = masters[name]
+        elif value.is_floating_point():
+            state[name] = value.float()
+    return state
+
+
 def save_checkpoint(path: Path, model, optimizer, schedule, scaler, step: int, recipe: dict) -> None:
     state = {
-        "model": model.state_dict(),
+        "model": full_precision_state(model, optimizer),
         "config": dataclasses.asdict(model.config),
         "optimizer": optimizer.state_dict(),
         "schedule": schedule.state_dict(),
@@ -218,6 +246,7 @@ def main(argv=None) -> None:
     batches, spec, vocab_size = build_batches(args, recipe, env)
     model = build_model(recipe, vocab_size, spec.nsp, args.init_checkpoint).to(device)
 
+    bf16_weights = weights_of(recipe, recipe["amp"], env.world_size)
     opt_cfg = recipe["optimizer"]
     try:
         implementation = lamb_implementation(opt_cfg.get("implementation", "auto"), device)
@@ -230,6 +259,7 @@ def main(argv=None) -> None:
         eps=opt_cfg.get("eps", 1e-6),
         max_grad_norm=opt_cfg.get("max_grad_norm", 1.0),
         implementation=implementation,
+        master_weights=bf16_weights,  # taken from the fp32 model, before it is converted below
     )
     total_steps = recipe["steps"]
     schedule = warmup_poly_schedule(
@@ -245,6 +275,8 @@ def main(argv=None) -> None:
     checkpoint_path = results / "checkpoint.pt"
     if args.resume and checkpoint_path.is_file():
         step = load_checkpoint(checkpoint_path, model, optimizer, schedule, scaler)
+    if bf16_weights:
+        model.to(torch.bfloat16)
 
     train_model = model
     if env.world_size > 1:
@@ -262,7 +294,7 @@ def main(argv=None) -> None:
     # overwrites them: after the first backward, each gradient is copied into a buffer of our own,
     # which later micro-steps accumulate into and zero_grad zeroes instead of freeing.
     graphs = compile_mode == "reduce-overhead"
-    own_grads = not graphs
+    own_grads = not graphs or bf16_weights  # bf16 weights: the gradients go into LAMB's fp32 sums
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -317,6 +349,8 @@ def main(argv=None) -> None:
                 loss, mlm = forward_loss(train_model, batch, amp_dtype, device.type, spec.nsp)
                 scaled = loss / accumulation
                 (scaler.scale(scaled) if scaler else scaled).backward()
+            if bf16_weights:
+                optimizer.accumulate_grads()
             if not own_grads:
                 for p in model.parameters():
                     if p.grad is not None:
@@ -365,7 +399,11 @@ def main(argv=None) -> None:
     if env.is_primary:
         save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
         with atomic_write(results / "model.pt") as tmp:
-            torch.save({"model": model.state_dict(), "config": dataclasses.asdict(model.config)}, tmp)
+            state = {
+                "model": full_precision_state(model, optimizer),
+                "config": dataclasses.asdict(model.config),
+            }
+            torch.save(state, tmp)
         print(f"step {step}: checkpoint {checkpoint_path}, weights {results / 'model.pt'}", flush=True)
     log.close()
     if dist.is_initialized():

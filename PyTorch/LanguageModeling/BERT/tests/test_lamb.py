@@ -101,6 +101,35 @@ def test_master_weights_run_the_fp32_update_and_write_bf16(implementation):
         assert not torch.equal(p.detach(), p0)  # it moved
 
 
+@pytest.mark.parametrize("implementation", ["foreach", "fused_adam"])
+def test_accumulated_bf16_gradients_are_summed_in_fp32(implementation):
+    """Three micro-steps of bf16 gradients per step: the update is the paper's with their fp32 sum.
+    A bf16 running sum would differ: 256 + 1 rounds to 256 in bf16."""
+    torch.manual_seed(6)
+    init = [torch.randn(4, 3).bfloat16(), torch.randn(5).bfloat16()]
+    micro = [[[(torch.randn(p.shape) * 3).bfloat16() for p in init] for _ in range(3)] for _ in range(2)]
+    micro[0][0][1][0] = 256.0  # one large and two small contributions to the same element
+    micro[0][1][1][0] = micro[0][2][1][0] = 1.0
+    sums = [[sum(m[k].float() for m in step) for k in range(len(init))] for step in micro]
+    assert float(sums[0][1][0]) == 258.0
+    expected = reference_lamb(
+        [p.float().numpy() for p in init], [[g.numpy() for g in step] for step in sums],
+        lr=0.05, b1=0.9, b2=0.999, eps=1e-6, wd=0.01, max_norm=1.0,
+    )  # fmt: skip
+    params = [nn.Parameter(p.clone()) for p in init]
+    optimizer = Lamb(params, lr=0.05, weight_decay=0.01, implementation=implementation, master_weights=True)
+    for step in micro:
+        for grads in step:
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g.clone()
+            optimizer.accumulate_grads()
+            assert all(p.grad is None for p in params)
+        optimizer.step()
+    assert set(optimizer.state_dict()["state"][0]) == {"master", "step", "exp_avg", "exp_avg_sq"}
+    for p, e in zip(params, expected, strict=True):
+        np.testing.assert_allclose(optimizer.state[p]["master"].numpy(), e, rtol=1e-5, atol=1e-6)
+
+
 def test_parameter_groups_exclude_bias_and_layernorm():
     model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
     decay, plain = parameter_groups(model, 0.01)
@@ -186,6 +215,19 @@ report["master_vs_reference"] = max(float(np.abs(m.numpy() - e).max() / np.abs(e
 # rounds toward zero where the GPU rounds to nearest (the GPU test checks equality)
 report["copy_vs_master"] = max(float(((p.detach().float() - m).abs() / m.abs().clamp_min(1e-30)).max()) for p, m in zip(params, masters))
 report["copy_dtype"] = str(params[0].dtype)
+# gradient accumulation into fp32 sums (two micro-steps a step), Triton against foreach
+finals = []
+for implementation in ("foreach", "triton"):
+    params = [torch.nn.Parameter(p.clone()) for p in init16]
+    opt = Lamb(params, lr=0.05, weight_decay=0.01, implementation=implementation, master_weights=True)
+    for a, b in zip(steps16[::2], steps16[1::2]):
+        for grads in (a, b):
+            for p, g in zip(params, grads):
+                p.grad = g.clone()
+            opt.accumulate_grads()
+        opt.step()
+    finals.append([opt.state[p]["master"] for p in params])
+report["accumulated_vs_foreach"] = max(float((a - b).abs().max()) for a, b in zip(*finals))
 print(json.dumps(report))
 """
 
@@ -205,6 +247,7 @@ def test_triton_lamb_kernels_in_the_interpreter(model_dir):
     assert report["vs_foreach"] < 1e-5, report
     assert report["master_vs_reference"] < 1e-5, report
     assert report["copy_vs_master"] <= 2**-7 and report["copy_dtype"] == "torch.bfloat16", report
+    assert report["accumulated_vs_foreach"] < 1e-5, report
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (compiled Triton kernels)")

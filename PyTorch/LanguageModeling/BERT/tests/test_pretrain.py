@@ -85,6 +85,41 @@ def test_mixed_precision_steps_run(packed_data, tmp_path, amp):
     assert all(torch.isfinite(torch.tensor(m["loss"])) for m in train_metrics(tmp_path).values())
 
 
+def test_bf16_weights_learn_resume_exactly_and_save_fp32(packed_data, tmp_path):
+    """weights: bf16 (bf16 parameters, fp32 masters and gradient sums in LAMB), with accumulation:
+    the loss falls like the fp32 run's, a resumed run ends identical, and the saved weights are fp32
+    masters that round to the bf16 parameters."""
+    args = (
+        "--steps",
+        "8",
+        "--accumulation",
+        "2",
+        "--log-every",
+        "4",
+        "--checkpoint-every",
+        "2",
+        "--amp",
+        "bf16",
+    )
+    run(packed_data, tmp_path / "fp32", *args)
+    run(packed_data, tmp_path / "whole", *args, "--set", "weights=bf16")
+    run(packed_data, tmp_path / "broken", *args, "--set", "weights=bf16", "--stop-after", "4")
+    run(packed_data, tmp_path / "broken", *args, "--set", "weights=bf16")
+    fp32, whole, broken = (train_metrics(tmp_path / name) for name in ("fp32", "whole", "broken"))
+    assert whole[8]["mlm_loss"] < whole[4]["mlm_loss"] - 0.1, whole
+    assert abs(whole[8]["mlm_loss"] - fp32[8]["mlm_loss"]) < 0.1, (whole, fp32)
+    assert whole[8]["mlm_loss"] == broken[8]["mlm_loss"]
+    final = torch.load(tmp_path / "whole" / "model.pt", weights_only=True)["model"]
+    resumed = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["model"]
+    checkpoint = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=True)
+    word = "bert.embeddings.word.weight"
+    assert final[word].dtype == torch.float32 and torch.equal(final[word], resumed[word])
+    assert not torch.equal(final[word], final[word].bfloat16().float())  # not merely bf16 values
+    assert all(torch.equal(final[k], checkpoint["model"][k]) for k in final)
+    with pytest.raises(SystemExit, match="weights: bf16 needs amp: bf16"):
+        run(packed_data, tmp_path / "r", "--set", "weights=bf16")
+
+
 def test_two_process_torchrun_keeps_replicas_identical(packed_data, tmp_path):
     env = dict(os.environ, PYTHONPATH=MODEL_DIR, OMP_NUM_THREADS="1")
     cmd = [
@@ -127,15 +162,19 @@ def test_bad_inputs_are_one_line_errors(tmp_path, packed_data):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
 def test_cuda_graphs_train_like_the_default_compile(packed_data, tmp_path):
     """compile: reduce-overhead (gradients accumulated outside the graph pool) follows the default
-    compiled run step for step, with gradient accumulation."""
+    compiled run step for step, with gradient accumulation; so does weights: bf16 (bf16 parameters,
+    gradients summed in fp32 by LAMB) under CUDA graphs."""
     losses = {}
-    for mode in ("true", "reduce-overhead"):
-        results = tmp_path / mode
+    for mode, weights in (("true", "fp32"), ("reduce-overhead", "fp32"), ("reduce-overhead", "bf16")):
+        results = tmp_path / f"{mode}-{weights}"
         # the later --device overrides run()'s --device cpu
         run(packed_data, results, "--device", "cuda", "--steps", "4", "--accumulation", "2", "--log-every", "1",
-            "--amp", "bf16", "--set", f"compile={mode}")  # fmt: skip
-        losses[mode] = [m["loss"] for _, m in sorted(train_metrics(results).items())]
+            "--amp", "bf16", "--set", f"compile={mode}", "--set", f"weights={weights}")  # fmt: skip
+        losses[mode, weights] = [m["loss"] for _, m in sorted(train_metrics(results).items())]
     print(losses)
-    assert len(losses["true"]) == len(losses["reduce-overhead"]) == 4
-    for a, b in zip(losses["true"], losses["reduce-overhead"], strict=True):
-        assert abs(a - b) < 0.02 * a
+    reference = losses["true", "fp32"]
+    assert len(reference) == 4
+    for key in (("reduce-overhead", "fp32"), ("reduce-overhead", "bf16")):  # bf16 weights: within 2% too
+        assert len(losses[key]) == 4
+        for a, b in zip(reference, losses[key], strict=True):
+            assert abs(a - b) < 0.02 * a, key
