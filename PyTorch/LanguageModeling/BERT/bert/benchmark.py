@@ -3,7 +3,8 @@
 Both train on the same synthetic batch (seq 128, batch 64 by default, 20 masked positions per
 sequence) with bf16 autocast and, on a GPU, torch.compile. Ours: fused QKV, SDPA, MLM head on the
 masked positions only, residual stream in bf16, CUDA graphs (compile mode reduce-overhead), LAMB in
-two Triton kernels on a GPU. Hugging Face: SDPA attention, the MLM head over every
+two Triton kernels on a GPU, bf16 parameters with fp32 master weights in LAMB (as the 1-GPU
+recipes; no gradient accumulation here). Hugging Face: SDPA attention, the MLM head over every
 token with -100 labels elsewhere (its documented usage), fused AdamW: what a user writes with it.
 Needs torch, transformers, this package and zoo (scripts/benchmark.sh puts common/ on the path).
 """
@@ -183,8 +184,12 @@ def run(args) -> list[dict]:
     choose_sdpa(args.sdpa)
     if args.ours_optimizer == "lamb-triton" and device.type != "cuda" and "ours" in args.models:
         raise SystemExit("--ours-optimizer lamb-triton needs a CUDA device (use lamb on a CPU)")
-    if args.bf16_weights and (args.amp != "bf16" or not args.ours_optimizer.startswith("lamb")):
-        raise SystemExit("--bf16-weights needs --amp bf16 and a LAMB optimizer (it keeps the fp32 masters)")
+    lamb_bf16 = args.amp == "bf16" and args.ours_optimizer.startswith("lamb")
+    if args.weights is None:  # as the 1-GPU recipes: bf16 parameters with fp32 masters in LAMB on a GPU
+        args.weights = "bf16" if device.type == "cuda" and lamb_bf16 else "fp32"
+    bf16_weights = args.weights == "bf16"
+    if bf16_weights and not lamb_bf16:
+        raise SystemExit("--weights bf16 needs --amp bf16 and a LAMB optimizer (it keeps the fp32 masters)")
     compile_model = args.compile if args.compile is not None else device.type == "cuda"
     # ours: CUDA graphs by default on a GPU (the recipe's lever); Hugging Face: torch.compile's default
     ours_mode = args.compile_mode or ("reduce-overhead" if device.type == "cuda" else "default")
@@ -200,7 +205,7 @@ def run(args) -> list[dict]:
             torch.manual_seed(0)
             ours = BertForPreTraining(config)
             if kind == "ours":
-                model = ours.to(device, torch.bfloat16 if args.bf16_weights else None)
+                model = ours.to(device, torch.bfloat16 if bf16_weights else None)
             else:  # same initial weights in both
                 model = hf_model(config, device)
                 missing, unexpected = model.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
@@ -209,7 +214,7 @@ def run(args) -> list[dict]:
             step = make_step(
                 kind, model, batch, amp_dtype, device.type, compile_model,
                 optimizer_name=args.ours_optimizer, compile_optimizer=args.compile_optimizer,
-                compile_mode=ours_mode if kind == "ours" else "default", master_weights=args.bf16_weights,
+                compile_mode=ours_mode if kind == "ours" else "default", master_weights=bf16_weights,
             )  # fmt: skip
             began = time.perf_counter()
             first_loss = float(step().detach())
@@ -241,7 +246,7 @@ def run(args) -> list[dict]:
                     "sdpa": args.sdpa or "auto",
                     "fp32_residual": args.fp32_residual if kind == "ours" else True,
                     "inductor": patch,
-                    "weights": "bf16 + fp32 masters" if args.bf16_weights and kind == "ours" else "fp32",
+                    "weights": "bf16 + fp32 masters" if bf16_weights and kind == "ours" else "fp32",
                     "optimizer": (args.ours_optimizer if kind == "ours" else "adamw")
                     + (" compiled" if args.compile_optimizer and kind == "ours" else ""),
                     "first_step_s": first_step_s,
@@ -339,9 +344,17 @@ def main(argv=None) -> None:
         "--fp32-residual", action="store_true", help="ours: keep the residual stream in fp32 under autocast"
     )
     p.add_argument(
-        "--bf16-weights", action="store_true",
-        help="ours: the model's parameters in bf16, fp32 master weights in LAMB (no per-step weight casts)",
-    )  # fmt: skip
+        "--weights",
+        choices=["fp32", "bf16"],
+        help="ours: parameters in fp32 under autocast, or in bf16 with fp32 master weights in LAMB (no "
+        "per-step weight casts); default bf16 on a GPU with --amp bf16 and LAMB (as the 1-GPU recipes), else fp32",
+    )
+    p.add_argument(
+        "--bf16-weights", dest="weights", action="store_const", const="bf16", help="--weights bf16"
+    )
+    p.add_argument(
+        "--fp32-weights", dest="weights", action="store_const", const="fp32", help="--weights fp32"
+    )
     p.add_argument(
         "--inductor", action="append", default=[], metavar="KEY=VALUE",
         help="ours: a torch._inductor.config setting while it compiles and runs, e.g. "

@@ -143,18 +143,19 @@ def build_model(recipe: dict, vocab_size: int, nsp: bool, init_checkpoint: str |
     return model
 
 
-def weights_of(recipe: dict, amp: str, world_size: int) -> bool:
+def weights_of(recipe: dict, amp: str, env) -> bool:
     """The recipe's `weights`: fp32 (default) or bf16 (bf16 parameters, fp32 master weights and fp32
-    gradient sums in LAMB); True for bf16. bf16 needs bf16 autocast and one process."""
+    gradient sums in LAMB); True for bf16. bf16 needs bf16 autocast; several processes use fp32
+    (DDP would all-reduce bf16 gradients of the last micro-step only) with a notice."""
     value = recipe.get("weights", "fp32")
     if value not in ("fp32", "bf16"):
         raise SystemExit(f"weights: {value!r} is not fp32 or bf16")
     if value == "bf16" and amp != "bf16":
         raise SystemExit(f"weights: bf16 needs amp: bf16 (the recipe has amp: {amp})")
-    if value == "bf16" and world_size > 1:
-        raise SystemExit(
-            "weights: bf16 is for one process (DDP would all-reduce bf16 gradients); use weights: fp32"
-        )
+    if value == "bf16" and env.world_size > 1:
+        if env.is_primary:
+            print("weights: bf16 is for one process; using fp32 weights")
+        return False
     return value == "bf16"
 
 
@@ -246,7 +247,7 @@ def main(argv=None) -> None:
     batches, spec, vocab_size = build_batches(args, recipe, env)
     model = build_model(recipe, vocab_size, spec.nsp, args.init_checkpoint).to(device)
 
-    bf16_weights = weights_of(recipe, recipe["amp"], env.world_size)
+    bf16_weights = weights_of(recipe, recipe["amp"], env)
     opt_cfg = recipe["optimizer"]
     try:
         implementation = lamb_implementation(opt_cfg.get("implementation", "auto"), device)
