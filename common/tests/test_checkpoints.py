@@ -145,3 +145,19 @@ def test_atomic_write_replaces_on_success_and_leaves_nothing_on_error(tmp_path):
         tmp.write_bytes(b"half")
         raise RuntimeError("writer crashed")
     assert not fresh.exists() and not list(tmp_path.glob(".fresh.pt*"))
+
+
+def test_atomic_write_gives_the_permissions_of_a_plain_write(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        plain = tmp_path / "plain.bin"
+        plain.write_bytes(b"x")
+        with atomic_write(tmp_path / "atomic.bin") as tmp:
+            tmp.write_bytes(b"x")
+        mode = stat.S_IMODE((tmp_path / "atomic.bin").stat().st_mode)
+        assert mode == stat.S_IMODE(plain.stat().st_mode) == 0o644
+    finally:
+        os.umask(old)

@@ -107,6 +107,12 @@ def sha256_file(path) -> str:
     return digest.hexdigest()
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_write(path):
     """Yield a temp path beside ``path``; rename it over ``path`` on success, remove it on exception.
@@ -122,6 +128,7 @@ def atomic_write(path):
     os.close(fd)
     tmp = pathlib.Path(tmp)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide checkpoints from the user's group
         yield tmp
         os.replace(tmp, path)
     finally:
