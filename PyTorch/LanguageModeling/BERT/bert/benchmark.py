@@ -104,6 +104,8 @@ def make_step(
                 implementation=implementation,
                 master_weights=master_weights,
             )
+            if master_weights:  # as the recipe: masters from the fp32 weights, then the model in bf16
+                model.to(torch.bfloat16)
         else:
             optimizer = torch.optim.AdamW(
                 model.parameters(), lr=1e-4, weight_decay=0.01, fused=device_type == "cuda"
@@ -144,6 +146,15 @@ def make_step(
 
     step.optimizer = optimizer
     return step
+
+
+def weights_label(model, optimizer) -> str:
+    """What the parameters were trained in, read from the model and its optimizer."""
+    dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[
+        next(model.parameters()).dtype
+    ]
+    masters = any("master" in state for state in optimizer.state.values())
+    return f"{dtype} + fp32 masters" if masters else dtype
 
 
 def time_steps(step, *, items: int, warmup: int, iters: int, windows: int, sync) -> dict:
@@ -205,7 +216,7 @@ def run(args) -> list[dict]:
             torch.manual_seed(0)
             ours = BertForPreTraining(config)
             if kind == "ours":
-                model = ours.to(device, torch.bfloat16 if bf16_weights else None)
+                model = ours.to(device)
             else:  # same initial weights in both
                 model = hf_model(config, device)
                 missing, unexpected = model.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
@@ -246,7 +257,7 @@ def run(args) -> list[dict]:
                     "sdpa": args.sdpa or "auto",
                     "fp32_residual": args.fp32_residual if kind == "ours" else True,
                     "inductor": patch,
-                    "weights": "bf16 + fp32 masters" if bf16_weights and kind == "ours" else "fp32",
+                    "weights": weights_label(model, step.optimizer),
                     "optimizer": (args.ours_optimizer if kind == "ours" else "adamw")
                     + (" compiled" if args.compile_optimizer and kind == "ours" else ""),
                     "first_step_s": first_step_s,
