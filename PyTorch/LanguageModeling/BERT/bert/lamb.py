@@ -89,6 +89,11 @@ class Lamb(torch.optim.Optimizer):
         if added[0]:
             torch._foreach_add_(*added)
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Also drops the gradient sums of accumulate_grads (a step() consumes them anyway)."""
+        super().zero_grad(set_to_none)
+        self._summed.clear()
+
     def _grad(self, p: torch.Tensor) -> torch.Tensor | None:
         if self._summed:
             return self._grad_sums[p] if p in self._summed else None

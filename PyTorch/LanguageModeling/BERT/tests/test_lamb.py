@@ -126,6 +126,12 @@ def test_accumulated_bf16_gradients_are_summed_in_fp32(implementation):
             assert all(p.grad is None for p in params)
         optimizer.step()
     assert set(optimizer.state_dict()["state"][0]) == {"master", "step", "exp_avg", "exp_avg_sq"}
+    before = [optimizer.state[p]["master"].clone() for p in params]
+    params[0].grad = torch.ones_like(params[0])
+    optimizer.accumulate_grads()
+    optimizer.zero_grad()  # discards the sums: the next step has no gradient to apply
+    optimizer.step()
+    assert all(torch.equal(optimizer.state[p]["master"], b) for p, b in zip(params, before, strict=True))
     for p, e in zip(params, expected, strict=True):
         np.testing.assert_allclose(optimizer.state[p]["master"].numpy(), e, rtol=1e-5, atol=1e-6)
 
