@@ -47,6 +47,7 @@ class Variant:
     prefetch_depth: int = 2  # gpu-decode: batches decoded ahead
     prefetch_priority: bool = True  # gpu-decode: crop/resize on a high-priority stream
     pin_encoded: bool = True  # gpu-decode: encoded bytes pinned by the loader before decoding
+    fused_crop: bool = False  # gpu-decode: crop/resize/flip/normalise in one Triton kernel
 
 
 TRAIN_VARIANTS = {
@@ -72,6 +73,7 @@ TRAIN_VARIANTS = {
     "ours-jpeg-depth4": Variant("ours-jpeg-depth4", data="gpu-decode", prefetch_depth=4),
     "ours-jpeg-lowprio": Variant("ours-jpeg-lowprio", data="gpu-decode", prefetch_priority=False),
     "ours-jpeg-pageable": Variant("ours-jpeg-pageable", data="gpu-decode", pin_encoded=False),
+    "ours-jpeg-fused": Variant("ours-jpeg-fused", data="gpu-decode", fused_crop=True),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
     ),
@@ -80,6 +82,9 @@ TRAIN_VARIANTS = {
     # The input pipeline alone: batches/s with no model.
     "loader-gpu-decode": Variant("loader-gpu-decode", model="none", data="gpu-decode"),
     "loader-pil": Variant("loader-pil", model="none", data="pytorch"),
+    "loader-gpu-decode-fused": Variant(
+        "loader-gpu-decode-fused", model="none", data="gpu-decode", fused_crop=True
+    ),
 }
 INFERENCE_VARIANTS = {
     "tv-eager": Variant("tv-eager", "torchvision", compile_mode=None, cudnn_benchmark=False, fold_bn=False),
@@ -233,7 +238,7 @@ def real_batches(variant: Variant, args, device: torch.device, batch: int):
         num_classes=len(classes), device=str(device), channels_last=variant.channels_last,
         prefetch=variant.data != "gpu-decode-sync", decode_batch=variant.decode_batch,
         prefetch_depth=variant.prefetch_depth, prefetch_priority=variant.prefetch_priority,
-        pin_encoded=variant.pin_encoded,
+        pin_encoded=variant.pin_encoded, fused_crop=variant.fused_crop,
     )  # fmt: skip
     loader = build_loader(cfg, "train", classes)
     epoch = 0

@@ -56,6 +56,7 @@ class DataConfig:
     prefetch_depth: int = 2  # gpu-decode with prefetch: batches decoded ahead
     prefetch_priority: bool = True  # gpu-decode with prefetch: crop/resize kernels on a high-priority stream
     pin_encoded: bool = True  # gpu-decode on CUDA: pin each batch's encoded bytes before nvJPEG reads them
+    fused_crop: bool = False  # gpu-decode on CUDA: crop/resize/flip/normalise in one Triton kernel
 
 
 def val_resize_size(image_size: int) -> int:
@@ -432,9 +433,20 @@ class DeviceDecoder:
     """Decode a batch with ``torchvision.io.decode_jpeg(device=...)`` (nvJPEG, the hardware JPEG
     engine where the GPU has one), then crop + resize, flip and normalise there."""
 
-    def __init__(self, samples, image_size, device, decode_batch: int = 0):
+    def __init__(
+        self,
+        samples,
+        image_size,
+        device,
+        decode_batch: int = 0,
+        fused: bool = False,
+        channels_last: bool = False,
+    ):
         self.samples, self.image_size, self.device = samples, image_size, torch.device(device)
         self.decode_batch = decode_batch
+        # fused: resnet50.crop_triton, CUDA only (Triton's interpreter too, for the tests)
+        self.fused = fused and (self.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
+        self.channels_last = channels_last
         self.mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1) * 255
 
@@ -464,6 +476,13 @@ class DeviceDecoder:
         bounds = offsets.tolist()
         data = [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
         images = self.decode(data, indices)
+        if self.fused:
+            from resnet50.crop_triton import crop_flip_normalize
+
+            batch = crop_flip_normalize(
+                images, boxes, flips, self.image_size, self.mean, self.std, self.channels_last
+            )
+            return batch, labels
         batch = crop_resize(images, boxes, self.image_size)
         if bool(flips.any()):
             flip = host_to_device(flips, batch.device).view(-1, 1, 1, 1)
@@ -566,7 +585,14 @@ def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> 
         len(samples), cfg.batch_size, rank=cfg.rank, world_size=cfg.world_size,
         shuffle=train, seed=cfg.seed, drop_last=train,
     )  # fmt: skip
-    decoder = DeviceDecoder(samples, cfg.image_size, cfg.device, cfg.decode_batch)
+    decoder = DeviceDecoder(
+        samples,
+        cfg.image_size,
+        cfg.device,
+        cfg.decode_batch,
+        fused=cfg.fused_crop,
+        channels_last=cfg.channels_last,
+    )
     # nvJPEG reads the encoded bytes from host memory. Pinning them first (pin_encoded) is one more
     # copy, in the loader's pin-memory thread, but lets nvJPEG upload them without waiting (PERF.md).
     loader = _data_loader(dataset, sampler, cfg, collate_fn=collate_encoded, pin_memory=cfg.pin_encoded)
