@@ -66,7 +66,7 @@ class Lamb(torch.optim.Optimizer):
         if master_weights:
             for group in self.param_groups:
                 for p in group["params"]:
-                    self.state[p]["master"] = p.detach().float().clone(memory_format=torch.preserve_format)
+                    self.state[p]["master"] = _fp32_copy(p)
 
     @torch.no_grad()
     def accumulate_grads(self) -> None:
@@ -102,8 +102,11 @@ class Lamb(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        grads_all = [self._grad(p) for g in self.param_groups for p in g["params"]]
-        grads_all = [g for g in grads_all if g is not None]
+        with_grads = [
+            [(p, g) for p in group["params"] if (g := self._grad(p)) is not None]
+            for group in self.param_groups
+        ]
+        grads_all = [g for pairs in with_grads for _, g in pairs]
         if not grads_all:
             return loss
         clip = None
@@ -112,16 +115,16 @@ class Lamb(torch.optim.Optimizer):
             norms = torch._foreach_norm(grads_all, 2.0, dtype=torch.float32)
             total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
             clip = torch.clamp(total / self.max_grad_norm, min=1.0)
-        for index, group in enumerate(self.param_groups):
-            params = [p for p in group["params"] if self._grad(p) is not None]
-            if not params:
+        for index, (group, pairs) in enumerate(zip(self.param_groups, with_grads, strict=True)):
+            if not pairs:
                 continue
-            grads = [self._grad(p) for p in params]
+            params = [p for p, _ in pairs]
+            grads = [g for _, g in pairs]
             copies = None  # with master weights: the half-precision parameters to write back
             for p in params:
                 state = self.state[p]
                 if self.master_weights and "master" not in state:
-                    state["master"] = p.detach().float().clone(memory_format=torch.preserve_format)
+                    state["master"] = _fp32_copy(p)
                 if "step" not in state:
                     ref = state.get("master", p)
                     state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
@@ -227,7 +230,7 @@ class Lamb(torch.optim.Optimizer):
                 if value is not None and value.dtype == torch.float32 and p.dtype != torch.float32:
                     self.state[p][key] = value.to(p.device, copy=True)
             if self.master_weights and "master" not in self.state[p]:  # saved without master weights
-                self.state[p]["master"] = p.detach().float().clone(memory_format=torch.preserve_format)
+                self.state[p]["master"] = _fp32_copy(p)
         self._summed.clear()
         # new state tensors: the address tables and the host step count are rebuilt
         self._tables.clear()
@@ -249,6 +252,11 @@ class Lamb(torch.optim.Optimizer):
                 params[start:end], grads[start:end], m[start:end], v[start:end], clip, lr, bias1, bias2,
                 beta1, beta2, group["eps"], group["weight_decay"], group["adapt"],
             )  # fmt: skip
+
+
+def _fp32_copy(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's master weight: an fp32 copy of its value, in its memory layout."""
+    return p.detach().float().clone(memory_format=torch.preserve_format)
 
 
 IMPLEMENTATIONS = ("foreach", "fused_adam", "triton", "per_tensor", "compiled")
