@@ -168,15 +168,7 @@ class Lamb(torch.optim.Optimizer):
         torch._foreach_add_(denom, group["eps"])
         update = torch._foreach_div(m, denom)
         torch._foreach_div_(update, bias1)
-        if group["weight_decay"]:
-            torch._foreach_add_(update, params, alpha=group["weight_decay"])
-        if group["adapt"]:
-            # all trust ratios in one vector: a few kernels, not a few per parameter tensor
-            w_norm = torch.stack(torch._foreach_norm(params, 2.0))
-            u_norm = torch.stack(torch._foreach_norm(update, 2.0))
-            ratios = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-            torch._foreach_mul_(update, list(ratios.unbind(0)))
-        torch._foreach_add_(params, update, alpha=-group["lr"])
+        _apply_update(group, params, update)
 
     def _step_fused_adam(self, group, params, grads, m, v, steps) -> None:
         beta1, beta2 = group["betas"]
@@ -191,14 +183,7 @@ class Lamb(torch.optim.Optimizer):
             update, grads, m, v, [], steps, lr=-1.0, beta1=beta1, beta2=beta2, weight_decay=0.0,
             eps=group["eps"], amsgrad=False, maximize=False,
         )  # fmt: skip
-        if group["weight_decay"]:
-            torch._foreach_add_(update, params, alpha=group["weight_decay"])
-        if group["adapt"]:
-            w_norm = torch.stack(torch._foreach_norm(params, 2.0))
-            u_norm = torch.stack(torch._foreach_norm(update, 2.0))
-            ratios = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-            torch._foreach_mul_(update, list(ratios.unbind(0)))
-        torch._foreach_add_(params, update, alpha=-group["lr"])
+        _apply_update(group, params, update)
 
     def _step_triton(self, index, group, params, grads, m, v, steps, clip, copies) -> None:
         from bert import lamb_triton
@@ -252,6 +237,19 @@ class Lamb(torch.optim.Optimizer):
                 params[start:end], grads[start:end], m[start:end], v[start:end], clip, lr, bias1, bias2,
                 beta1, beta2, group["eps"], group["weight_decay"], group["adapt"],
             )  # fmt: skip
+
+
+def _apply_update(group: dict, params: list, update: list) -> None:
+    """p -= lr * r * (update + wd p): weight decay, the trust ratios and the step, on lists of tensors."""
+    if group["weight_decay"]:
+        torch._foreach_add_(update, params, alpha=group["weight_decay"])
+    if group["adapt"]:
+        # all trust ratios in one vector: a few kernels, not a few per parameter tensor
+        w_norm = torch.stack(torch._foreach_norm(params, 2.0))
+        u_norm = torch.stack(torch._foreach_norm(update, 2.0))
+        ratios = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+        torch._foreach_mul_(update, list(ratios.unbind(0)))
+    torch._foreach_add_(params, update, alpha=-group["lr"])
 
 
 def _fp32_copy(p: torch.Tensor) -> torch.Tensor:

@@ -132,6 +132,19 @@ def _apply_kernel(
 TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
+def _common_dtype(tensors: list[torch.Tensor], what: str) -> torch.dtype:
+    """The one dtype of contiguous ``tensors`` (float32, bfloat16 or float16), else a ValueError."""
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) != 1 or not dtypes <= set(TRITON_DTYPES):
+        raise ValueError(
+            f"LAMB implementation 'triton' {what} all in one of float32, bfloat16, float16, "
+            f"not {sorted(map(str, dtypes))}"
+        )
+    if not all(t.is_contiguous() for t in tensors):
+        raise ValueError(f"LAMB implementation 'triton' {what} contiguous")
+    return tensors[0].dtype
+
+
 class GroupTables:
     """Chunk and address tables of one parameter group, built once; the gradient table is rebuilt
     only when a gradient moved (the caching allocator normally hands back the same blocks).
@@ -156,15 +169,7 @@ class GroupTables:
         self.grad_dtype = torch.float32
         self.copy_dtype = torch.float32
         if copies is not None:
-            dtypes = {q.dtype for q in copies}
-            if len(dtypes) != 1 or not dtypes <= set(TRITON_DTYPES):
-                raise ValueError(
-                    "LAMB implementation 'triton' with master weights needs the group's parameters all "
-                    f"in one of float32, bfloat16, float16, not {sorted(map(str, dtypes))}"
-                )
-            if not all(q.is_contiguous() for q in copies):
-                raise ValueError("LAMB implementation 'triton' needs contiguous parameters")
-            self.copy_dtype = copies[0].dtype
+            self.copy_dtype = _common_dtype(copies, "with master weights needs the group's parameters")
         device = params[0].device
         self.ids = tuple(map(id, params))
         numels = [p.numel() for p in params]
@@ -196,15 +201,7 @@ class GroupTables:
     def grad_table(self, grads: list[torch.Tensor]) -> torch.Tensor:
         ptrs = tuple(g.data_ptr() for g in grads)
         if ptrs != self.grad_ptrs or grads[0].dtype != self.grad_dtype:
-            dtypes = {g.dtype for g in grads}
-            if len(dtypes) != 1 or not dtypes <= set(TRITON_DTYPES):
-                raise ValueError(
-                    "LAMB implementation 'triton' needs a group's gradients in one of float32, bfloat16, "
-                    f"float16, not {sorted(map(str, dtypes))}"
-                )
-            if not all(g.is_contiguous() for g in grads):
-                raise ValueError("LAMB implementation 'triton' needs contiguous gradients")
-            self.grad_dtype = grads[0].dtype
+            self.grad_dtype = _common_dtype(grads, "needs a group's gradients")
             # pinned + non_blocking: a plain copy from pageable memory would wait for the whole
             # backward pass queued before it, and the host would stop running ahead of the GPU
             host = torch.tensor(ptrs, dtype=torch.int64)
