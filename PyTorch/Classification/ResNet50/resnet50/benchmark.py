@@ -6,6 +6,10 @@ which to run, and the report lists each with its images/s and its ratio to the f
 torchvision variant of the same mode.
 
     python -m resnet50.benchmark --mode train --variants tv-compile,ours --batch-size 256
+
+Under torchrun (WORLD_SIZE > 1) each process trains on its own GPU through DistributedDataParallel
+with the variant's DDP levers, and the report gives the images/s of all GPUs together.
+``--gpus 1,2,4`` starts one torchrun per variant and GPU count and prints the scaling table.
 """
 
 from __future__ import annotations
@@ -13,17 +17,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass, replace
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 from zoo.bench import format_profile, inductor_options, profile_step, time_windows
 
-from resnet50.train import parameter_groups
+from resnet50.train import init_distributed, parameter_groups
 
 
 @dataclass(frozen=True)
@@ -48,15 +57,36 @@ class Variant:
     prefetch_priority: bool = True  # gpu-decode: crop/resize on a high-priority stream
     pin_encoded: bool = True  # gpu-decode: encoded bytes pinned by the loader before decoding
     fused_crop: bool = False  # gpu-decode: crop/resize/flip/normalise in one Triton kernel
+    # DistributedDataParallel, when several processes run (torchrun). torch.compile wraps the DDP model.
+    ddp_bucket_mb: int = 25  # gradient bucket size: all-reduces overlap the rest of the backward
+    ddp_static_graph: bool = True  # the reducer records the bucket order once, skips per-step checks
+    ddp_bucket_view: bool = True  # .grad are views into the buckets: no copy in or out
+    ddp_broadcast_buffers: bool = False  # True: rank 0's BatchNorm statistics are sent every forward
+    ddp_comm: str = "fp32"  # "bf16": gradients all-reduced in bf16 (half the bytes)
+
+
+# What plain DDP does: DistributedDataParallel(model) with its defaults.
+PLAIN_DDP = {
+    "ddp_static_graph": False,
+    "ddp_bucket_view": False,
+    "ddp_broadcast_buffers": True,
+}
 
 
 TRAIN_VARIANTS = {
     # What a user writes in an afternoon: torchvision's model, autocast, channels_last, compile.
     "tv-eager": Variant(
-        "tv-eager", "torchvision", compile_mode=None, cudnn_benchmark=False, fused_optimizer=False
+        "tv-eager",
+        "torchvision",
+        compile_mode=None,
+        cudnn_benchmark=False,
+        fused_optimizer=False,
+        **PLAIN_DDP,
     ),
-    "tv-compile": Variant("tv-compile", "torchvision", cudnn_benchmark=False, fused_optimizer=False),
-    "tv-compile-cudnn": Variant("tv-compile-cudnn", "torchvision", fused_optimizer=False),
+    "tv-compile": Variant(
+        "tv-compile", "torchvision", cudnn_benchmark=False, fused_optimizer=False, **PLAIN_DDP
+    ),
+    "tv-compile-cudnn": Variant("tv-compile-cudnn", "torchvision", fused_optimizer=False, **PLAIN_DDP),
     "ours-eager": Variant("ours-eager", compile_mode=None),
     "ours-bf16": Variant("ours-bf16"),
     "ours-fp16": Variant("ours-fp16", precision="fp16"),
@@ -66,6 +96,10 @@ TRAIN_VARIANTS = {
     "ours-cdtune": Variant("ours-cdtune", inductor=("coordinate_descent_tuning=true",)),
     "ours-b384": Variant("ours-b384", compile_mode="reduce-overhead", batch_size=384),
     "ours-b512": Variant("ours-b512", compile_mode="reduce-overhead", batch_size=512),
+    # Multi-GPU levers (they act only under torchrun / --gpus).
+    "ours-ddp-plain": Variant("ours-ddp-plain", **PLAIN_DDP),
+    "ours-ddp-bf16comm": Variant("ours-ddp-bf16comm", ddp_comm="bf16"),
+    "ours-ddp-bucket100": Variant("ours-ddp-bucket100", ddp_bucket_mb=100),
     # The real input pipeline (JPEG decode, random-resized crop, flip, normalise) from --data-dir.
     "ours-jpeg": Variant("ours-jpeg", data="gpu-decode"),
     "ours-jpeg-sync": Variant("ours-jpeg-sync", data="gpu-decode-sync"),
@@ -143,14 +177,69 @@ def _autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=DTYPES[precision])
 
 
+def _world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
 def _first_step_and_windows(step, sync, args, batch: int) -> tuple[float, list[float]]:
-    """Seconds of the first (compiling) step, then images/s of each timed window."""
+    """Seconds of the first (compiling) step, then images/s of each timed window.
+
+    With several processes a window lasts as long as its slowest process, and its images are
+    those of every process.
+    """
     started = time.perf_counter()
     step()
     sync()
     first_step_s = time.perf_counter() - started
     seconds = time_windows(step, warmup=args.warmup, iters=args.iters, windows=args.windows, sync=sync)
-    return first_step_s, [batch * args.iters / s for s in seconds]
+    world = _world_size()
+    if world > 1:
+        slowest = torch.tensor([first_step_s, *seconds], dtype=torch.float64, device=_collective_device())
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        first_step_s, *seconds = slowest.tolist()
+    return first_step_s, [world * batch * args.iters / s for s in seconds]
+
+
+def _collective_device() -> torch.device:
+    return (
+        torch.device("cuda", torch.cuda.current_device())
+        if dist.get_backend() == "nccl"
+        else torch.device("cpu")
+    )
+
+
+def replicas_agree(model: nn.Module) -> bool | None:
+    """Whether every process holds the same weights (DDP keeps them equal); None with one process."""
+    if _world_size() == 1:
+        return None
+    mine = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(_collective_device())
+    everyone = [torch.empty_like(mine) for _ in range(_world_size())]
+    dist.all_gather(everyone, mine)
+    return all(torch.equal(mine, other) for other in everyone)
+
+
+def wrap_ddp(model: nn.Module, variant: Variant, device: torch.device) -> nn.Module:
+    """DistributedDataParallel with the variant's levers (only when several processes run)."""
+    if _world_size() == 1:
+        return model
+    with warnings.catch_warnings():
+        # torch 2.14 renames broadcast_buffers (a FutureWarning); 2.11, on the GPU machines, knows only it.
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
+        ddp = nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=variant.ddp_bucket_mb,
+            static_graph=variant.ddp_static_graph,
+            gradient_as_bucket_view=variant.ddp_bucket_view,
+            broadcast_buffers=variant.ddp_broadcast_buffers,
+        )
+    if variant.ddp_comm == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif variant.ddp_comm != "fp32":
+        raise SystemExit(f"variant {variant.name}: ddp_comm must be fp32 or bf16, not {variant.ddp_comm!r}")
+    return ddp
 
 
 def _setup(variant: Variant, device: torch.device) -> None:
@@ -278,8 +367,12 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
     lr = 0.256 * batch / 256
     optimizer = torch.optim.SGD(parameter_groups(model, 3.0517578125e-05), lr=lr, momentum=0.875, **fused)
     scaler = torch.amp.GradScaler(device.type, enabled=variant.precision == "fp16")
-    forward = compile_model(model, variant)
+    if variant.data != "synthetic" and _world_size() > 1:
+        raise SystemExit(f"variant {variant.name} reads JPEGs: multi-GPU runs time synthetic variants only")
+    forward = compile_model(wrap_ddp(model, variant, device), variant)
 
+    # Each process its own batch (the weights start equal: the seed was set before the model was built).
+    torch.manual_seed(1 + (dist.get_rank() if _world_size() > 1 else 0))
     images = torch.randn(batch, 3, args.image_size, args.image_size, device=device)
     images = images.contiguous(memory_format=memory_format)
     labels = torch.randint(0, args.num_classes, (batch,), device=device)
@@ -304,12 +397,13 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     first_step_s, per_window = _first_step_and_windows(step, sync, args, batch)
     if args.profile and device.type == "cuda":
-        print(
-            f"profile of {variant.name}, per step:\n"
-            + format_profile(profile_step(step, sync, families=RESNET_FAMILIES)),
-            file=sys.stderr,
-            flush=True,
-        )
+        profile = profile_step(step, sync, families=RESNET_FAMILIES)  # every process steps: collectives
+        if _is_primary():
+            print(
+                f"profile of {variant.name}, per step:\n" + format_profile(profile),
+                file=sys.stderr,
+                flush=True,
+            )
     if batches is not None:
         batches.close()
     return {
@@ -317,6 +411,8 @@ def bench_train(variant: Variant, args, device: torch.device) -> dict:
         "variant": variant.name,
         "levers": asdict(variant),
         "batch_size": batch,
+        "gpus": _world_size(),
+        "replicas_agree": replicas_agree(model),
         "images_per_s": statistics.median(per_window),
         "images_per_s_windows": per_window,
         "first_step_s": first_step_s,
@@ -381,6 +477,7 @@ RESNET_FAMILIES = (
     ("matmul", ("gemm", "cublas", "cutlass", "nvjet")),
     ("JPEG decode (nvJPEG)", ("jpeg", "huffman", "idct", "dct")),
     ("crop + resize (roi_align)", ("roi",)),
+    ("NCCL (all-reduce)", ("nccl",)),
     ("memcpy/memset", ("memcpy", "memset")),
 )
 
@@ -436,9 +533,27 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--switch-interval", type=float, metavar="S",
         help="sys.setswitchinterval(S): how long a Python thread may hold the GIL (default 0.005)",
     )  # fmt: skip
+    p.add_argument(
+        "--gpus", metavar="N[,N...]",
+        help="multi-GPU scaling: one torchrun per variant and GPU count (synthetic train variants), "
+        "then a table of img/s and scaling efficiency against the same variant on 1 GPU",
+    )  # fmt: skip
+    p.add_argument(
+        "--run-timeout", type=float, default=900, metavar="S",
+        help="with --gpus: seconds one torchrun may take before it is stopped and reported as failed",
+    )  # fmt: skip
     args = p.parse_args(argv)
     if args.make_jpegs and not args.data_dir:
         p.error("--make-jpegs needs --data-dir")
+    if args.gpus is not None:
+        try:
+            args.gpus = sorted({int(n) for n in args.gpus.split(",") if n})
+        except ValueError:
+            p.error(f"--gpus {args.gpus!r}: expected GPU counts such as 1,2,4")
+        if not args.gpus or min(args.gpus) < 1:
+            p.error("--gpus: GPU counts must be 1 or more")
+        if args.mode == "inference" or args.data_dir:
+            p.error("--gpus times synthetic training: use --mode train without --data-dir")
     return args
 
 
@@ -459,7 +574,7 @@ def _apply_overrides(table: dict[str, Variant], overrides: list[str]) -> dict[st
             parsed = value.lower() in ("1", "true", "yes")
         elif lever == "inductor":
             parsed = tuple(v for v in value.split(";") if v)
-        elif lever in ("batch_size", "decode_batch", "prefetch_depth"):
+        elif lever in ("batch_size", "decode_batch", "prefetch_depth", "ddp_bucket_mb"):
             parsed = int(value)
         else:
             parsed = None if value.lower() == "none" else value
@@ -501,11 +616,110 @@ def print_table(results: list[dict]) -> None:
             )
 
 
+def _is_primary() -> bool:
+    return _world_size() == 1 or dist.get_rank() == 0
+
+
+def _child_args(args) -> list[str]:
+    """The flags a --gpus run passes on to each torchrun (timing, shape and lever settings)."""
+    out = ["--mode", "train", "--device", args.device]
+    for flag in ("batch_size", "image_size", "num_classes", "warmup", "iters", "windows"):
+        out += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    for item in args.override:
+        out += ["--override", item]
+    if args.profile:
+        out.append("--profile")
+    return out
+
+
+def run_scaling(args) -> list[dict]:
+    """One torchrun per (variant, GPU count); returns the results of the runs that finished."""
+    table = _apply_overrides(TRAIN_VARIANTS, args.override)
+    variants = _pick(table, args.variants)
+    real = [v.name for v in variants if v.data != "synthetic" or v.model == "none"]
+    if real:
+        raise SystemExit(f"--gpus times synthetic training variants only, not {real}")
+    if args.device.startswith("cuda"):
+        visible = torch.cuda.device_count()
+        if max(args.gpus) > visible:
+            raise SystemExit(f"--gpus {max(args.gpus)} asked for, but {visible} CUDA device(s) are visible")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="r50-scaling-") as tmp:
+        for variant in variants:
+            for n in args.gpus:
+                report = os.path.join(tmp, f"{variant.name}-{n}.json")
+                command = [
+                    sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+                    "-m", "resnet50.benchmark", *_child_args(args), "--variants", variant.name, "--json", report,
+                ]  # fmt: skip
+                print(f"== {variant.name} on {n} GPU(s)", file=sys.stderr, flush=True)
+                started = time.perf_counter()
+                try:
+                    # Each run's own table would repeat what the scaling table says: its stdout is dropped.
+                    code = subprocess.run(
+                        command, timeout=args.run_timeout, stdout=subprocess.DEVNULL
+                    ).returncode
+                except subprocess.TimeoutExpired:
+                    code = "timeout"
+                if code != 0 or not os.path.exists(report):
+                    print(f"== {variant.name} on {n} GPU(s) failed ({code})", file=sys.stderr, flush=True)
+                    continue
+                with open(report) as f:
+                    (result,) = json.load(f)["results"]
+                result["run_s"] = time.perf_counter() - started
+                results.append(result)
+    add_scaling(results)
+    return results
+
+
+def add_scaling(results: list[dict]) -> None:
+    """Scaling efficiency: img/s on N GPUs over N times the same variant's img/s on 1 GPU."""
+    single = {r["variant"]: r["images_per_s"] for r in results if r.get("gpus", 1) == 1}
+    for r in results:
+        one = single.get(r["variant"])
+        r["scaling"] = r["images_per_s"] / (r.get("gpus", 1) * one) if one else None
+
+
+def print_scaling(results: list[dict]) -> None:
+    print(
+        f"{'variant':<22} {'GPUs':>4} {'batch/GPU':>9} {'img/s':>10} {'img/s/GPU':>10} {'scaling':>8} {'vs tv':>7}"
+    )
+    for r in results:
+        gpus = r.get("gpus", 1)
+        base = next(
+            (b for b in results if b["variant"] == "tv-compile" and b.get("gpus", 1) == gpus),
+            next((b for b in results if b["levers"]["model"] == "torchvision" and b.get("gpus", 1) == gpus), None),
+        )  # fmt: skip
+        ratio = f"{r['images_per_s'] / base['images_per_s']:.2f}x" if base else "-"
+        scaling = f"{100 * r['scaling']:.1f}%" if r.get("scaling") else "-"
+        print(
+            f"{r['variant']:<22} {gpus:>4} {r['batch_size']:>9} {r['images_per_s']:>10.0f} "
+            f"{r['images_per_s'] / gpus:>10.0f} {scaling:>8} {ratio:>7}"
+        )
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if args.gpus:
+        results = run_scaling(args)
+        print_scaling(results)
+        if args.json_path:
+            from zoo.bench import write_report
+
+            write_report(
+                args.json_path, results, model="resnet50", framework="pytorch", torch=torch.__version__,
+                device=describe_device(torch.device(args.device)), image_size=args.image_size,
+                command=" ".join(sys.argv),
+            )  # fmt: skip
+        if not results:
+            raise SystemExit("--gpus: no run finished")
+        return
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda asked for, but no CUDA device is visible")
+    # Under torchrun each process takes the GPU of its local rank ("cuda" alone names no GPU).
+    env, device = init_distributed(None if args.device == "cuda" else args.device)
+    if env.world_size > 1 and args.mode != "train":
+        raise SystemExit("several processes time training only: give --mode train")
     results = []
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
@@ -524,11 +738,20 @@ def main(argv=None) -> None:
             run = bench_train if mode == "train" else bench_inference
             result = run(variant, args, device)
             results.append(result)
-            print(json.dumps({k: v for k, v in result.items() if k != "levers"}), file=sys.stderr, flush=True)
+            if env.is_primary:
+                print(
+                    json.dumps({k: v for k, v in result.items() if k != "levers"}),
+                    file=sys.stderr,
+                    flush=True,
+                )
             torch._dynamo.reset()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(device)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if not env.is_primary:
+        return
     print_table(results)
     if args.json_path:
         from zoo.bench import write_report
@@ -542,6 +765,7 @@ def main(argv=None) -> None:
             device=describe_device(device),
             image_size=args.image_size,
             command=" ".join(sys.argv),
+            gpus=env.world_size,
         )
 
 

@@ -128,3 +128,59 @@ def test_real_pipeline_variant_without_data_dir_is_one_line(model_dir):
     )  # fmt: skip
     assert out.returncode != 0
     assert out.stderr.strip().splitlines()[-1].startswith("variant loader-pil reads JPEGs: give --data-dir")
+
+
+def test_scaling_runs_ddp_in_two_processes_on_cpu(model_dir, tmp_path):
+    """--gpus 1,2 runs each variant under torchrun: DDP keeps the replicas equal although each
+    process trains on its own batch, and the scaling column is img/s(N) / (N x img/s(1))."""
+    report = tmp_path / "scaling.json"
+    cmd = [
+        "bash", str(model_dir / "scripts" / "benchmark.sh"),
+        "--device", "cpu", "--mode", "train", "--gpus", "1,2", "--variants", "tv-eager,ours-ddp-bf16comm",
+        "--override", "tv-eager.precision=fp32", "--override", "ours-ddp-bf16comm.precision=fp32",
+        "--override", "ours-ddp-bf16comm.compile_mode=none", "--override", "ours-ddp-bf16comm.ddp_bucket_mb=1",
+        "--batch-size", "2", "--image-size", "32", "--num-classes", "10",
+        "--warmup", "1", "--iters", "2", "--windows", "1", "--json", str(report),
+    ]  # fmt: skip
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable}
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(report.read_text())
+    rows = {(r["variant"], r["gpus"]): r for r in data["results"]}
+    assert set(rows) == {("tv-eager", 1), ("tv-eager", 2), ("ours-ddp-bf16comm", 1), ("ours-ddp-bf16comm", 2)}
+    for (name, gpus), r in rows.items():
+        assert r["replicas_agree"] is (True if gpus == 2 else None)
+        expected = r["images_per_s"] / (gpus * rows[(name, 1)]["images_per_s"])
+        assert r["scaling"] == pytest.approx(expected)
+    plain, ours = rows[("tv-eager", 2)]["levers"], rows[("ours-ddp-bf16comm", 2)]["levers"]
+    assert (plain["ddp_static_graph"], plain["ddp_broadcast_buffers"], plain["ddp_comm"]) == (
+        False,
+        True,
+        "fp32",
+    )
+    assert (ours["ddp_static_graph"], ours["ddp_broadcast_buffers"], ours["ddp_comm"]) == (
+        True,
+        False,
+        "bf16",
+    )
+    assert ours["ddp_bucket_mb"] == 1
+    table = [line.split() for line in out.stdout.splitlines() if line.startswith(("tv-eager", "ours-ddp"))]
+    assert [(t[0], t[1]) for t in table] == [
+        ("tv-eager", "1"), ("tv-eager", "2"), ("ours-ddp-bf16comm", "1"), ("ours-ddp-bf16comm", "2")
+    ]  # fmt: skip
+
+
+def test_scaling_rejects_real_data_and_too_many_gpus(model_dir):
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        ["bash", str(model_dir / "scripts" / "benchmark.sh"), "--mode", "train", *extra],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    out = run("--device", "cpu", "--gpus", "2", "--variants", "ours-jpeg")
+    assert out.returncode != 0
+    assert (
+        out.stderr.strip().splitlines()[-1]
+        == "--gpus times synthetic training variants only, not ['ours-jpeg']"
+    )
+    out = run("--device", "cpu", "--gpus", "two")
+    assert out.returncode != 0 and "expected GPU counts such as 1,2,4" in out.stderr
