@@ -57,7 +57,6 @@ class Variant:
     prefetch_priority: bool = True  # gpu-decode: crop/resize on a high-priority stream
     pin_encoded: bool = True  # gpu-decode: encoded bytes pinned by the loader before decoding
     fused_crop: bool = False  # gpu-decode: crop/resize/flip/normalise in one Triton kernel
-    decoder: str = "torchvision"  # gpu-decode: "nvjpeg" = resnet50.nvjpeg on the prefetch stream
     # DistributedDataParallel, when several processes run (torchrun). torch.compile wraps the DDP model.
     ddp_bucket_mb: int = 25  # gradient bucket size: all-reduces overlap the rest of the backward
     ddp_static_graph: bool = True  # the reducer records the bucket order once, skips per-step checks
@@ -109,8 +108,6 @@ TRAIN_VARIANTS = {
     "ours-jpeg-lowprio": Variant("ours-jpeg-lowprio", data="gpu-decode", prefetch_priority=False),
     "ours-jpeg-pageable": Variant("ours-jpeg-pageable", data="gpu-decode", pin_encoded=False),
     "ours-jpeg-fused": Variant("ours-jpeg-fused", data="gpu-decode", fused_crop=True),
-    "ours-jpeg-nvjpeg": Variant("ours-jpeg-nvjpeg", data="gpu-decode", fused_crop=True, decoder="nvjpeg"),
-    "ours-jpeg-nvjpeg-unfused": Variant("ours-jpeg-nvjpeg-unfused", data="gpu-decode", decoder="nvjpeg"),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
     ),
@@ -121,9 +118,6 @@ TRAIN_VARIANTS = {
     "loader-pil": Variant("loader-pil", model="none", data="pytorch"),
     "loader-gpu-decode-fused": Variant(
         "loader-gpu-decode-fused", model="none", data="gpu-decode", fused_crop=True
-    ),
-    "loader-gpu-decode-nvjpeg": Variant(
-        "loader-gpu-decode-nvjpeg", model="none", data="gpu-decode", fused_crop=True, decoder="nvjpeg"
     ),
 }
 INFERENCE_VARIANTS = {
@@ -333,7 +327,7 @@ def real_batches(variant: Variant, args, device: torch.device, batch: int):
         num_classes=len(classes), device=str(device), channels_last=variant.channels_last,
         prefetch=variant.data != "gpu-decode-sync", decode_batch=variant.decode_batch,
         prefetch_depth=variant.prefetch_depth, prefetch_priority=variant.prefetch_priority,
-        pin_encoded=variant.pin_encoded, fused_crop=variant.fused_crop, decoder=variant.decoder,
+        pin_encoded=variant.pin_encoded, fused_crop=variant.fused_crop,
     )  # fmt: skip
     loader = build_loader(cfg, "train", classes)
     epoch = 0

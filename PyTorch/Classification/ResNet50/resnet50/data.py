@@ -57,9 +57,6 @@ class DataConfig:
     prefetch_priority: bool = True  # gpu-decode with prefetch: crop/resize kernels on a high-priority stream
     pin_encoded: bool = True  # gpu-decode on CUDA: pin each batch's encoded bytes before nvJPEG reads them
     fused_crop: bool = False  # gpu-decode on CUDA: crop/resize/flip/normalise in one Triton kernel
-    # gpu-decode on CUDA: "torchvision" (decode_jpeg) or "nvjpeg" (resnet50.nvjpeg: nvJPEG on the
-    # prefetch thread's own stream, no host wait)
-    decoder: str = "torchvision"
 
 
 def val_resize_size(image_size: int) -> int:
@@ -444,17 +441,9 @@ class DeviceDecoder:
         decode_batch: int = 0,
         fused: bool = False,
         channels_last: bool = False,
-        decoder: str = "torchvision",
     ):
         self.samples, self.image_size, self.device = samples, image_size, torch.device(device)
         self.decode_batch = decode_batch
-        if decoder not in ("torchvision", "nvjpeg"):
-            raise DataError(f"decoder must be torchvision or nvjpeg, not {decoder!r}")
-        self.nvjpeg = None
-        if decoder == "nvjpeg" and self.device.type == "cuda":  # elsewhere: decode_jpeg on the CPU
-            from resnet50.nvjpeg import NvJpegDecoder
-
-            self.nvjpeg = NvJpegDecoder(self.device)
         # fused: resnet50.crop_triton, CUDA only (Triton's interpreter too, for the tests)
         self.fused = fused and (self.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
         self.channels_last = channels_last
@@ -472,8 +461,6 @@ class DeviceDecoder:
         from torchvision.io import ImageReadMode, decode_jpeg
 
         try:
-            if self.nvjpeg is not None:
-                return self.nvjpeg.decode(data)
             return decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
         except RuntimeError:
             # Find the culprit one by one, to name it.
@@ -605,7 +592,6 @@ def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> 
         cfg.decode_batch,
         fused=cfg.fused_crop,
         channels_last=cfg.channels_last,
-        decoder=cfg.decoder,
     )
     # nvJPEG reads the encoded bytes from host memory. Pinning them first (pin_encoded) is one more
     # copy, in the loader's pin-memory thread, but lets nvJPEG upload them without waiting (PERF.md).
