@@ -148,6 +148,17 @@ def init_distributed(device_arg: str | None):
     return env, device
 
 
+def _flag(value, key: str) -> bool:
+    """A recipe boolean: YAML's true/false, or the strings an override may carry."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "1", "yes"):
+        return True
+    if str(value).lower() in ("false", "0", "no"):
+        return False
+    raise SystemExit(f"{key} must be true or false, not {value!r}")
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -244,7 +255,13 @@ def train(args) -> dict:
         world_size=env.world_size,
         device=str(device),
         channels_last=bool(train_cfg["channels_last"]),
+        prefetch_depth=int(data_cfg.get("prefetch_depth", 2)),
+        prefetch_priority=_flag(data_cfg.get("prefetch_priority", True), "data.prefetch_priority"),
+        pin_encoded=_flag(data_cfg.get("pin_encoded", True), "data.pin_encoded"),
+        fused_crop=_flag(data_cfg.get("fused_crop", False), "data.fused_crop"),
     )
+    if cfg.prefetch_depth < 1:
+        raise SystemExit(f"data.prefetch_depth must be 1 or more, not {cfg.prefetch_depth}")
     classes = None if cfg.backend == "synthetic" else check_layout(cfg.data_dir, num_classes)
     train_loader = build_loader(cfg, "train", classes)
     val_loader = build_loader(cfg, "val", classes)
@@ -303,6 +320,7 @@ def train(args) -> dict:
             device_ids=[device.index] if device.type == "cuda" else None,
             gradient_as_bucket_view=True,
             broadcast_buffers=False,
+            static_graph=True,  # every step uses every parameter (PERF.md: DDP levers)
         )
     if train_cfg["compile"]:
         train_model = torch.compile(train_model)

@@ -99,3 +99,21 @@ def test_two_process_ddp_gives_identical_weights(tmp_path, digits16):
         assert torch.equal(rank0[key], rank1[key]), key
     assert not torch.equal(rank0["fc.weight"], torch.zeros_like(rank0["fc.weight"]))
     assert torch.equal(initial["fc.weight"], rank0["fc.weight"])  # the checkpoint is rank 0's model
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.prefetch_depth=0", "data.prefetch_depth must be 1 or more, not 0"),
+        ("data.fused_crop=maybe", "data.fused_crop must be true or false, not 'maybe'"),
+    ],
+)
+def test_bad_gpu_decode_recipe_keys_are_one_line_errors(tmp_path, digits16, override, message):
+    from r50_testutil import assert_one_line_error
+
+    result = run_module(
+        "resnet50.train", *TINY, "--data-dir", digits16, "--results-dir", tmp_path / "r", "--epochs", 1,
+        "--steps-per-epoch", 1, "--set", override,
+    )  # fmt: skip
+    assert_one_line_error(result, message)
+    assert not (tmp_path / "r" / "checkpoint.pt").exists()
