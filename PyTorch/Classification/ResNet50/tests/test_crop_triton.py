@@ -56,6 +56,11 @@ print(json.dumps(report))
 """
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="CPU check through Triton's interpreter; on a GPU the compiled kernel's test runs instead "
+    "(the GPU image's Triton 3.6 interpreter fails inside this kernel; 3.8's runs it)",
+)
 def test_fused_crop_equals_roi_align_flip_and_normalise(model_dir, digits16):
     pytest.importorskip("triton")
     out = subprocess.run(
