@@ -5,11 +5,12 @@ MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
 PYTHON="${PYTHON:-python}"
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-  echo "Usage: scripts/benchmark.sh [--mode train|inference|both] [--variants a,b|all] [--batch-size N] [--data-dir DIR [--make-jpegs N]] [--json FILE]"
+  echo "Usage: scripts/benchmark.sh [--mode train|inference|both] [--variants a,b|all] [--batch-size N] [--data-dir DIR [--make-jpegs N]] [--gpus 1,2,4] [--json FILE]"
   echo "Examples:"
   echo "  scripts/benchmark.sh --mode train --variants tv-compile,ours-cudagraphs --json results/bench_train.json"
   echo "  scripts/benchmark.sh --mode inference --variants tv-compile,ours-fp16-cudagraphs"
   echo "  scripts/benchmark.sh --mode train --data-dir /tmp/jpegs --make-jpegs 12800 --variants ours-bf16,ours-jpeg,loader-gpu-decode"
+  echo "  scripts/benchmark.sh --mode train --gpus 1,2,4 --variants tv-compile,ours-bf16   # DDP scaling, one torchrun each"
   echo
 fi
 exec "${PYTHON}" -m resnet50.benchmark "$@"
