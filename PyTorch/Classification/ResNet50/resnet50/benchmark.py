@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import asdict, dataclass, replace
 
 import torch
@@ -32,7 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from zoo.bench import format_profile, inductor_options, profile_step, time_windows
 
-from resnet50.train import init_distributed, parameter_groups
+from resnet50.train import distributed_model, init_distributed, parameter_groups
 
 
 @dataclass(frozen=True)
@@ -222,17 +221,14 @@ def wrap_ddp(model: nn.Module, variant: Variant, device: torch.device) -> nn.Mod
     """DistributedDataParallel with the variant's levers (only when several processes run)."""
     if _world_size() == 1:
         return model
-    with warnings.catch_warnings():
-        # torch 2.14 renames broadcast_buffers (a FutureWarning); 2.11, on the GPU machines, knows only it.
-        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
-        ddp = nn.parallel.DistributedDataParallel(
-            model,
-            device_ids=[device.index] if device.type == "cuda" else None,
-            bucket_cap_mb=variant.ddp_bucket_mb,
-            static_graph=variant.ddp_static_graph,
-            gradient_as_bucket_view=variant.ddp_bucket_view,
-            broadcast_buffers=variant.ddp_broadcast_buffers,
-        )
+    ddp = distributed_model(
+        model,
+        device,
+        bucket_mb=variant.ddp_bucket_mb,
+        static_graph=variant.ddp_static_graph,
+        bucket_view=variant.ddp_bucket_view,
+        broadcast_buffers=variant.ddp_broadcast_buffers,
+    )
     if variant.ddp_comm == "bf16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

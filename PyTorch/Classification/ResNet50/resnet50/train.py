@@ -148,6 +148,33 @@ def init_distributed(device_arg: str | None):
     return env, device
 
 
+def distributed_model(
+    model: nn.Module,
+    device: torch.device,
+    *,
+    bucket_mb: int = 25,
+    static_graph: bool = True,
+    bucket_view: bool = True,
+    broadcast_buffers: bool = False,
+) -> nn.Module:
+    """DistributedDataParallel with our defaults (PERF.md measures each): every step uses every
+    parameter (static graph), gradients are views into the buckets, and BatchNorm statistics stay
+    per GPU (no broadcast of rank 0's buffers every forward)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        # torch 2.14 renames broadcast_buffers (a FutureWarning); 2.11, on the GPU machines, knows only it.
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
+        return nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=bucket_mb,
+            static_graph=static_graph,
+            gradient_as_bucket_view=bucket_view,
+            broadcast_buffers=broadcast_buffers,
+        )
+
+
 def _flag(value, key: str) -> bool:
     """A recipe boolean: YAML's true/false, or the strings an override may carry."""
     if isinstance(value, bool):
@@ -315,13 +342,7 @@ def train(args) -> dict:
 
     train_model = model
     if env.world_size > 1:
-        train_model = nn.parallel.DistributedDataParallel(
-            model,
-            device_ids=[device.index] if device.type == "cuda" else None,
-            gradient_as_bucket_view=True,
-            broadcast_buffers=False,
-            static_graph=True,  # every step uses every parameter (PERF.md: DDP levers)
-        )
+        train_model = distributed_model(model, device)
     if train_cfg["compile"]:
         train_model = torch.compile(train_model)
 
