@@ -56,6 +56,9 @@ class Variant:
     prefetch_priority: bool = True  # gpu-decode: crop/resize on a high-priority stream
     pin_encoded: bool = True  # gpu-decode: encoded bytes pinned by the loader before decoding
     fused_crop: bool = False  # gpu-decode: crop/resize/flip/normalise in one Triton kernel
+    host_decode_share: float = 0.0  # gpu-decode: share of each batch the loader workers decode (PIL)
+    decoder: str = "torchvision"  # gpu-decode: "torchvision" (decode_jpeg) or "nvimgcodec"
+    decode_roi: bool = False  # gpu-decode with nvimgcodec: decode only the region under each crop box
     # DistributedDataParallel, when several processes run (torchrun). torch.compile wraps the DDP model.
     ddp_bucket_mb: int = 25  # gradient bucket size: all-reduces overlap the rest of the backward
     ddp_static_graph: bool = True  # the reducer records the bucket order once, skips per-step checks
@@ -107,6 +110,24 @@ TRAIN_VARIANTS = {
     "ours-jpeg-lowprio": Variant("ours-jpeg-lowprio", data="gpu-decode", prefetch_priority=False),
     "ours-jpeg-pageable": Variant("ours-jpeg-pageable", data="gpu-decode", pin_encoded=False),
     "ours-jpeg-fused": Variant("ours-jpeg-fused", data="gpu-decode", fused_crop=True),
+    # The loader workers decode and crop a share of each batch on the CPU; nvJPEG the rest.
+    "ours-jpeg-fused-host25": Variant(
+        "ours-jpeg-fused-host25", data="gpu-decode", fused_crop=True, host_decode_share=0.25
+    ),
+    "ours-jpeg-fused-host40": Variant(
+        "ours-jpeg-fused-host40", data="gpu-decode", fused_crop=True, host_decode_share=0.4
+    ),
+    "ours-jpeg-fused-host60": Variant(
+        "ours-jpeg-fused-host60", data="gpu-decode", fused_crop=True, host_decode_share=0.6
+    ),
+    # nvImageCodec (DALI's decoder library) instead of torchvision's decode_jpeg; fused crop.
+    "ours-jpeg-nvimgcodec": Variant(
+        "ours-jpeg-nvimgcodec", data="gpu-decode", fused_crop=True, decoder="nvimgcodec"
+    ),
+    "ours-jpeg-nvimgcodec-roi": Variant(
+        "ours-jpeg-nvimgcodec-roi", data="gpu-decode", fused_crop=True, decoder="nvimgcodec", decode_roi=True
+    ),
+    "ours-jpeg-host25": Variant("ours-jpeg-host25", data="gpu-decode", host_decode_share=0.25),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
     ),
@@ -117,6 +138,28 @@ TRAIN_VARIANTS = {
     "loader-pil": Variant("loader-pil", model="none", data="pytorch"),
     "loader-gpu-decode-fused": Variant(
         "loader-gpu-decode-fused", model="none", data="gpu-decode", fused_crop=True
+    ),
+    "loader-gpu-decode-fused-host25": Variant(
+        "loader-gpu-decode-fused-host25",
+        model="none",
+        data="gpu-decode",
+        fused_crop=True,
+        host_decode_share=0.25,
+    ),
+    "loader-nvimgcodec": Variant(
+        "loader-nvimgcodec", model="none", data="gpu-decode", fused_crop=True, decoder="nvimgcodec"
+    ),
+    "loader-nvimgcodec-roi": Variant(
+        "loader-nvimgcodec-roi",
+        model="none",
+        data="gpu-decode",
+        fused_crop=True,
+        decoder="nvimgcodec",
+        decode_roi=True,
+    ),
+    # Every image decoded by the loader workers: what the CPUs alone can feed.
+    "loader-host-decode": Variant(
+        "loader-host-decode", model="none", data="gpu-decode", fused_crop=True, host_decode_share=1.0
     ),
 }
 INFERENCE_VARIANTS = {
@@ -324,6 +367,7 @@ def real_batches(variant: Variant, args, device: torch.device, batch: int):
         prefetch=variant.data != "gpu-decode-sync", decode_batch=variant.decode_batch,
         prefetch_depth=variant.prefetch_depth, prefetch_priority=variant.prefetch_priority,
         pin_encoded=variant.pin_encoded, fused_crop=variant.fused_crop,
+        host_decode_share=variant.host_decode_share, decoder=variant.decoder, decode_roi=variant.decode_roi,
     )  # fmt: skip
     loader = build_loader(cfg, "train", classes)
     epoch = 0
@@ -572,6 +616,8 @@ def _apply_overrides(table: dict[str, Variant], overrides: list[str]) -> dict[st
             parsed = tuple(v for v in value.split(";") if v)
         elif lever in ("batch_size", "decode_batch", "prefetch_depth", "ddp_bucket_mb"):
             parsed = int(value)
+        elif lever == "host_decode_share":
+            parsed = float(value)
         else:
             parsed = None if value.lower() == "none" else value
         table[name] = replace(table[name], **{lever: parsed})

@@ -57,6 +57,9 @@ class DataConfig:
     prefetch_priority: bool = True  # gpu-decode with prefetch: crop/resize kernels on a high-priority stream
     pin_encoded: bool = True  # gpu-decode on CUDA: pin each batch's encoded bytes before nvJPEG reads them
     fused_crop: bool = False  # gpu-decode on CUDA: crop/resize/flip/normalise in one Triton kernel
+    host_decode_share: float = 0.0  # gpu-decode: share of each batch the loader workers decode (PIL)
+    decoder: str = "torchvision"  # gpu-decode: "torchvision" (decode_jpeg) or "nvimgcodec" (nvImageCodec)
+    decode_roi: bool = False  # gpu-decode with nvimgcodec: decode only the region under each crop box
 
 
 def val_resize_size(image_size: int) -> int:
@@ -371,20 +374,65 @@ class JpegBytesDataset(torch.utils.data.Dataset):
         return data, label, index, box, flip
 
 
-def collate_encoded(batch):
-    """One flat uint8 tensor of all encoded images (one shared-memory block per batch, not one per
-    image) with their offsets, and the labels, indices, boxes and flips as tensors."""
-    import numpy as np
+class EncodedBatchCollate:
+    """Collates ``JpegBytesDataset`` items into one batch for ``DeviceDecoder``.
 
-    data, labels, indices, boxes, flips = zip(*batch, strict=True)
-    sizes = [len(d) for d in data]
-    offsets = torch.zeros(len(data) + 1, dtype=torch.int64)
-    offsets[1:] = torch.tensor(sizes).cumsum(0)
-    flat = torch.from_numpy(np.frombuffer(b"".join(data), dtype=np.uint8).copy())
-    return (
-        flat, offsets, torch.tensor(labels), torch.tensor(indices),
-        torch.tensor(boxes, dtype=torch.float32), torch.tensor(flips, dtype=torch.bool),
-    )  # fmt: skip
+    The first ``round(host_share * len(batch))`` images are decoded, cropped and resized here, in
+    the loader worker (PIL, libjpeg-turbo), as the CPU half of the decode: the device's JPEG work per
+    batch shrinks by that share. They travel as uint8 [k, size, size, 3]; flips and normalisation
+    stay on the device for every image. The rest travel encoded, as one flat uint8 tensor (one
+    shared-memory block per batch, not one per image) with their offsets. Labels, indices, boxes and
+    flips cover the whole batch.
+    """
+
+    def __init__(self, samples, image_size: int, host_share: float = 0.0):
+        if not 0.0 <= host_share <= 1.0:
+            raise DataError(f"host decode share must be between 0 and 1, not {host_share}")
+        self.samples, self.image_size, self.host_share = samples, image_size, host_share
+
+    def __call__(self, batch):
+        import numpy as np
+
+        data, labels, indices, boxes, flips = zip(*batch, strict=True)
+        host = round(self.host_share * len(batch))
+        crops = [self.host_crop(data[i], boxes[i], indices[i]) for i in range(host)]
+        host_crops = (
+            torch.from_numpy(np.stack(crops)) if crops else torch.empty(0, 0, 0, 3, dtype=torch.uint8)
+        )
+        encoded = data[host:]
+        offsets = torch.zeros(len(encoded) + 1, dtype=torch.int64)
+        offsets[1:] = torch.tensor([len(d) for d in encoded], dtype=torch.int64).cumsum(0)
+        flat = torch.from_numpy(np.frombuffer(b"".join(encoded), dtype=np.uint8).copy())
+        return (
+            flat, offsets, torch.tensor(labels), torch.tensor(indices),
+            torch.tensor(boxes, dtype=torch.float32), torch.tensor(flips, dtype=torch.bool), host_crops,
+        )  # fmt: skip
+
+    def host_crop(self, data: bytes, box, index: int):
+        """``box`` (x1, y1, x2, y2) of one JPEG resized to size x size (bilinear, antialiased as PIL
+        shrinks): uint8 [size, size, 3]."""
+        import io
+
+        import numpy as np
+        from PIL import Image
+
+        size = self.image_size
+        x1, y1, x2, y2 = box
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                width, height = image.size
+                # libjpeg decodes at 1/2, 1/4 or 1/8 scale for free: the largest reduction that
+                # still leaves the box at least size pixels on each side.
+                image.draft(
+                    "RGB", (math.ceil(width * size / (x2 - x1)), math.ceil(height * size / (y2 - y1)))
+                )
+                sx, sy = image.width / width, image.height / height
+                crop = image.convert("RGB").resize(
+                    (size, size), Image.BILINEAR, box=(x1 * sx, y1 * sy, x2 * sx, y2 * sy)
+                )
+        except (OSError, SyntaxError, ValueError) as e:
+            raise DataError(f"corrupt or unreadable image {self.samples[index][0]}: {one_line(e)}") from None
+        return np.asarray(crop)
 
 
 def crop_resize(images: list, boxes: torch.Tensor, size: int) -> torch.Tensor:
@@ -429,9 +477,80 @@ def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
+DECODERS = ("torchvision", "nvimgcodec")
+
+
+class NvImageCodecDecoder:
+    """Batched JPEG decode through nvImageCodec (``nvidia.nvimgcodec``, DALI's decoder library): the
+    hardware JPEG engine and CUDA decoders on a GPU, with their host work in C++ threads that hold no
+    GIL; its CPU decoder (libjpeg-turbo) when ``device`` is the CPU.
+
+    With ``roi`` only the region under each crop box (one pixel wider on each side, which the
+    bilinear samples at its edge read) is decoded, and the box is moved into that region.
+    """
+
+    def __init__(self, samples, device: torch.device, roi: bool = False):
+        try:
+            from nvidia import nvimgcodec
+        except ImportError:
+            raise DataError(
+                "decoder nvimgcodec needs nvImageCodec: pip install nvidia-nvimgcodec-cu12 (or -cu13; "
+                "DALI installs it), or use decoder torchvision"
+            ) from None
+        self.nvimgcodec, self.samples, self.device, self.roi = nvimgcodec, samples, device, roi
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            self.decoder = nvimgcodec.Decoder(device_id=index)
+        else:
+            cpu_only = [nvimgcodec.Backend(nvimgcodec.BackendKind.CPU_ONLY)]
+            self.decoder = nvimgcodec.Decoder(
+                device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY, backends=cpu_only
+            )
+        self.params = nvimgcodec.DecodeParams(
+            color_spec=nvimgcodec.ColorSpec.SRGB, apply_exif_orientation=False
+        )
+
+    def __call__(self, data: list, indices: list, boxes: torch.Tensor) -> tuple[list, torch.Tensor]:
+        """Decoded uint8 [3, H, W] views (HWC underneath) and the boxes in their coordinates."""
+        import numpy as np
+
+        codec = self.nvimgcodec
+        streams, shifts = [], []
+        for encoded, index, (x1, y1, x2, y2) in zip(data, indices, boxes.tolist(), strict=True):
+            try:
+                stream = codec.CodeStream(encoded.numpy())
+            except RuntimeError as e:
+                raise DataError(
+                    f"corrupt or unreadable JPEG {self.samples[index][0]}: {one_line(e)}"
+                ) from None
+            if self.roi:
+                top, left = max(0, math.floor(y1) - 1), max(0, math.floor(x1) - 1)
+                bottom, right = min(stream.height, math.ceil(y2) + 1), min(stream.width, math.ceil(x2) + 1)
+                stream = stream.get_sub_code_stream(region=codec.Region(top, left, bottom, right))
+                shifts.append((left, top, left, top))
+            streams.append(stream)
+        on_cuda = self.device.type == "cuda"
+        stream_handle = torch.cuda.current_stream(self.device).cuda_stream if on_cuda else 0
+        decoded = self.decoder.decode(streams, params=self.params, cuda_stream=stream_handle)
+        images = []
+        for image, index in zip(decoded, indices, strict=True):
+            if image is None:
+                raise DataError(
+                    f"corrupt or unreadable JPEG {self.samples[index][0]}: nvImageCodec could not decode it"
+                )
+            pixels = (
+                torch.as_tensor(image, device=self.device) if on_cuda else torch.from_numpy(np.asarray(image))
+            )
+            images.append(pixels.permute(2, 0, 1))
+        if shifts:
+            boxes = boxes - torch.tensor(shifts, dtype=boxes.dtype)
+        return images, boxes
+
+
 class DeviceDecoder:
-    """Decode a batch with ``torchvision.io.decode_jpeg(device=...)`` (nvJPEG, the hardware JPEG
-    engine where the GPU has one), then crop + resize, flip and normalise there."""
+    """Decode a batch on the device (``torchvision.io.decode_jpeg(device=...)``: nvJPEG, the
+    hardware JPEG engine where the GPU has one; or nvImageCodec), then crop + resize, flip and
+    normalise there."""
 
     def __init__(
         self,
@@ -441,9 +560,16 @@ class DeviceDecoder:
         decode_batch: int = 0,
         fused: bool = False,
         channels_last: bool = False,
+        decoder: str = "torchvision",
+        roi: bool = False,
     ):
         self.samples, self.image_size, self.device = samples, image_size, torch.device(device)
         self.decode_batch = decode_batch
+        if decoder not in DECODERS:
+            raise DataError(f"unknown decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
+        if roi and decoder != "nvimgcodec":
+            raise DataError("region decoding (decode_roi) needs decoder nvimgcodec")
+        self.nvimgcodec = NvImageCodecDecoder(samples, self.device, roi) if decoder == "nvimgcodec" else None
         # fused: resnet50.crop_triton, CUDA only (Triton's interpreter too, for the tests)
         self.fused = fused and (self.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
         self.channels_last = channels_last
@@ -472,10 +598,24 @@ class DeviceDecoder:
                     raise DataError(f"corrupt or unreadable JPEG {path}: {one_line(e)}") from None
             raise
 
-    def __call__(self, flat, offsets, labels, indices, boxes, flips):
+    def __call__(self, flat, offsets, labels, indices, boxes, flips, host_crops):
         bounds = offsets.tolist()
         data = [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
-        images = self.decode(data, indices)
+        done = len(host_crops)
+        if not data:
+            images = []
+        elif self.nvimgcodec is not None:
+            images, gpu_boxes = self.nvimgcodec(data, indices[done:].tolist(), boxes[done:])
+            boxes = torch.cat([boxes[:done], gpu_boxes])
+        else:
+            images = self.decode(data, indices[done:])
+        if done:
+            # The workers' crops (the batch's first images) are already size x size: the box that
+            # keeps the whole image reads each pixel exactly once, so they share the one crop pass.
+            crops = host_to_device(host_crops, self.device).permute(0, 3, 1, 2)
+            images = list(crops.unbind(0)) + images
+            boxes = boxes.clone()
+            boxes[:done] = torch.tensor([0.0, 0.0, self.image_size, self.image_size])
         if self.fused:
             from resnet50.crop_triton import crop_flip_normalize
 
@@ -592,10 +732,13 @@ def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> 
         cfg.decode_batch,
         fused=cfg.fused_crop,
         channels_last=cfg.channels_last,
+        decoder=cfg.decoder,
+        roi=cfg.decode_roi,
     )
     # nvJPEG reads the encoded bytes from host memory. Pinning them first (pin_encoded) is one more
     # copy, in the loader's pin-memory thread, but lets nvJPEG upload them without waiting (PERF.md).
-    loader = _data_loader(dataset, sampler, cfg, collate_fn=collate_encoded, pin_memory=cfg.pin_encoded)
+    collate = EncodedBatchCollate(samples, cfg.image_size, cfg.host_decode_share)
+    loader = _data_loader(dataset, sampler, cfg, collate_fn=collate, pin_memory=cfg.pin_encoded)
     return GpuDecodeLoader(
         loader,
         sampler,

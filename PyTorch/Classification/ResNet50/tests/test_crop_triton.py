@@ -44,14 +44,16 @@ for layout in (False, True):
     report[f"channels_last_cl{int(layout)}"] = out.is_contiguous(memory_format=torch.channels_last)
 report["unflipped_diff"] = float((out - torch.where(flips.view(-1, 1, 1, 1), reference.flip(3), reference)).abs().max())
 
-# the loader with DataConfig(fused_crop=True) gives the batch of the unfused loader
-batches = []
-for fused in (False, True):
-    cfg = DataConfig(sys.argv[2], backend="gpu-decode", batch_size=12, image_size=12, workers=0,
-                     num_classes=10, fused_crop=fused)
-    batches.append(next(iter(build_loader(cfg, "train").epoch(2))))
-report["loader_diff"] = float((batches[0][0] - batches[1][0]).abs().max())
-report["loader_labels_equal"] = bool(torch.equal(batches[0][1], batches[1][1]))
+# the loader with DataConfig(fused_crop=True) gives the batch of the unfused loader, also when the
+# loader workers decode and crop half of each batch
+for share, key in ((0.0, "loader"), (0.5, "host_loader")):
+    batches = []
+    for fused in (False, True):
+        cfg = DataConfig(sys.argv[2], backend="gpu-decode", batch_size=12, image_size=12, workers=0,
+                         num_classes=10, fused_crop=fused, host_decode_share=share)
+        batches.append(next(iter(build_loader(cfg, "train").epoch(2))))
+    report[f"{key}_diff"] = float((batches[0][0] - batches[1][0]).abs().max())
+    report[f"{key}_labels_equal"] = bool(torch.equal(batches[0][1], batches[1][1]))
 print(json.dumps(report))
 """
 
@@ -76,6 +78,7 @@ def test_fused_crop_equals_roi_align_flip_and_normalise(model_dir, digits16):
     assert not report["channels_last_cl0"] and report["channels_last_cl1"]
     assert report["unflipped_diff"] > 0.1  # the flips matter: without them the batch differs
     assert report["loader_diff"] < 1e-4 and report["loader_labels_equal"], report
+    assert report["host_loader_diff"] < 1e-4 and report["host_loader_labels_equal"], report
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the compiled kernel)")

@@ -104,3 +104,136 @@ def test_gpu_decode_in_smaller_decode_calls_gives_the_same_batch(digits16):
         batches.append(next(iter(build_loader(cfg, "train").epoch(1))))
     torch.testing.assert_close(batches[0][0], batches[1][0], rtol=0, atol=0)
     assert torch.equal(batches[0][1], batches[1][1])
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_host_decode_share_matches_the_device_decode(tmp_path, split):
+    """The loader workers decode and crop the first images of each batch (PIL); those stay within a
+    few % of the device-decoded ones, flipped once; the rest of the batch is unchanged."""
+    from zoo.datasets import make_digits_imagefolder
+
+    data = make_digits_imagefolder(tmp_path, image_size=32, val_fraction=0.1)
+    batches = {}
+    for share in (0.0, 0.25, 1.0):
+        cfg = DataConfig(
+            str(data), backend="gpu-decode", batch_size=64, image_size=24, workers=0, num_classes=10,
+            host_decode_share=share,
+        )  # fmt: skip
+        batches[share] = next(iter(build_loader(cfg, split).epoch(3)))
+    reference, labels = batches[0.0]
+    for share, host in ((0.25, 16), (1.0, 64)):
+        ours, our_labels = batches[share]
+        assert torch.equal(labels, our_labels)
+        assert torch.equal(ours[host:], reference[host:])  # nvJPEG's share: the same images as before
+        error = float((ours[:host] - reference[:host]).abs().mean())
+        assert 0 < error < 0.05, error  # PIL's resize against roi_align's
+        assert float((ours[:host].roll(1, 0) - reference[:host]).abs().mean()) > 10 * error
+        if split == "train":
+            assert float((ours[:host].flip(3) - reference[:host]).abs().mean()) > 10 * error
+
+
+def cut_after_the_header(image):
+    """Keep the JPEG's header (the loader workers read it) and 20 bytes of its scan: decoding fails."""
+    encoded = image.read_bytes()
+    image.write_bytes(encoded[: encoded.index(b"\xff\xda") + 20])
+
+
+def test_host_decode_of_a_corrupt_jpeg_names_the_file(tmp_path, digits16):
+    data = tmp_path / "data"
+    shutil.copytree(digits16, data)
+    image = sorted((data / "val").rglob("*.jpg"))[7]
+    cut_after_the_header(image)
+    cfg = DataConfig(
+        str(data), backend="gpu-decode", batch_size=4000, image_size=16, workers=0, num_classes=10,
+        host_decode_share=1.0,
+    )  # fmt: skip
+    with pytest.raises(DataError, match=f"corrupt or unreadable image .*{image.name}"):
+        next(iter(build_loader(cfg, "val").epoch(0)))  # one batch of every validation image
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nvJPEG and the prefetch thread)")
+@pytest.mark.parametrize("fused", [False, True])
+def test_host_decode_share_on_gpu_equals_the_cpu_batch(digits16, fused):
+    """On CUDA (prefetch thread, pinned crops, fused or roi_align crop) the workers' crops give the
+    CPU loader's values; nvJPEG's share stays within a few % of libjpeg's."""
+    batches = {}
+    for device in ("cpu", "cuda"):
+        cfg = DataConfig(
+            str(digits16), backend="gpu-decode", batch_size=64, image_size=16, workers=2, num_classes=10,
+            device=device, channels_last=True, fused_crop=fused, host_decode_share=0.25,
+        )  # fmt: skip
+        epoch = build_loader(cfg, "train").epoch(1)
+        images, labels = next(epoch)
+        batches[device] = images.cpu(), labels.cpu()
+        epoch.close()
+    (cpu, cpu_labels), (gpu, gpu_labels) = batches["cpu"], batches["cuda"]
+    assert torch.equal(cpu_labels, gpu_labels)
+    torch.testing.assert_close(gpu[:16], cpu[:16], rtol=0, atol=1e-4)
+    assert float((gpu[16:] - cpu[16:]).abs().mean()) < 0.05
+
+
+@pytest.mark.parametrize(("split", "roi"), [("train", False), ("train", True), ("val", True)])
+def test_nvimgcodec_decoder_gives_the_torchvision_batch(tmp_path, split, roi):
+    """nvImageCodec (its libjpeg-turbo decoder on a CPU) decodes the same pixels as decode_jpeg;
+    decoding only each crop box's region (roi) leaves the batch as it was."""
+    pytest.importorskip("nvidia.nvimgcodec")
+    from zoo.datasets import make_digits_imagefolder
+
+    data = make_digits_imagefolder(tmp_path, image_size=32, val_fraction=0.1)
+    batches = {}
+    for decoder in ("torchvision", "nvimgcodec"):
+        cfg = DataConfig(
+            str(data), backend="gpu-decode", batch_size=64, image_size=24, workers=0, num_classes=10,
+            decoder=decoder, decode_roi=roi and decoder == "nvimgcodec",
+        )  # fmt: skip
+        batches[decoder] = next(iter(build_loader(cfg, split).epoch(3)))
+    (reference, labels), (ours, our_labels) = batches["torchvision"], batches["nvimgcodec"]
+    assert torch.equal(labels, our_labels)
+    assert float(reference.std()) > 0.5
+    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-4)
+
+
+def test_nvimgcodec_decoder_names_a_corrupt_jpeg(tmp_path, digits16):
+    pytest.importorskip("nvidia.nvimgcodec")
+    data = tmp_path / "data"
+    shutil.copytree(digits16, data)
+    image = sorted((data / "val").rglob("*.jpg"))[5]
+    cut_after_the_header(image)
+    cfg = DataConfig(
+        str(data), backend="gpu-decode", batch_size=4000, image_size=16, workers=0, num_classes=10,
+        decoder="nvimgcodec",
+    )  # fmt: skip
+    with pytest.raises(DataError, match=f"corrupt or unreadable JPEG .*{image.name}"):
+        next(iter(build_loader(cfg, "val").epoch(0)))
+
+
+def test_unknown_decoder_is_a_data_error(digits16):
+    cfg = DataConfig(
+        str(digits16), backend="gpu-decode", batch_size=8, workers=0, num_classes=10, decoder="pil"
+    )
+    with pytest.raises(DataError, match="unknown decoder 'pil'; choose one of torchvision, nvimgcodec"):
+        build_loader(cfg, "train")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nvJPEG through both decoders)")
+@pytest.mark.parametrize("roi", [False, True])
+def test_nvimgcodec_on_gpu_gives_the_decode_jpeg_batch(tmp_path, roi):
+    pytest.importorskip("nvidia.nvimgcodec")
+    from resnet50.benchmark import make_jpeg_set
+
+    make_jpeg_set(tmp_path, unique=64, samples=64, classes=4)
+    batches = {}
+    for decoder in ("torchvision", "nvimgcodec"):
+        cfg = DataConfig(
+            str(tmp_path), backend="gpu-decode", batch_size=32, image_size=224, workers=2, num_classes=4,
+            device="cuda", channels_last=True, fused_crop=True, decoder=decoder, decode_roi=roi and decoder == "nvimgcodec",
+        )  # fmt: skip
+        epoch = build_loader(cfg, "train").epoch(0)
+        images, labels = next(epoch)
+        batches[decoder] = images.float().cpu(), labels.cpu()
+        epoch.close()
+    (reference, labels), (ours, our_labels) = batches["torchvision"], batches["nvimgcodec"]
+    assert torch.equal(labels, our_labels)
+    error = float((ours - reference).abs().mean())
+    assert error < 0.03, error  # decoders may round IDCT and chroma upsampling differently
+    assert float((ours.roll(1, 0) - reference).abs().mean()) > 10 * error
