@@ -57,8 +57,6 @@ class Variant:
     pin_encoded: bool = True  # gpu-decode: encoded bytes pinned by the loader before decoding
     fused_crop: bool = False  # gpu-decode: crop/resize/flip/normalise in one Triton kernel
     host_decode_share: float = 0.0  # gpu-decode: share of each batch the loader workers decode (PIL)
-    decoder: str = "torchvision"  # gpu-decode: "torchvision" (decode_jpeg) or "nvimgcodec"
-    decode_roi: bool = False  # gpu-decode with nvimgcodec: decode only the region under each crop box
     # DistributedDataParallel, when several processes run (torchrun). torch.compile wraps the DDP model.
     ddp_bucket_mb: int = 25  # gradient bucket size: all-reduces overlap the rest of the backward
     ddp_static_graph: bool = True  # the reducer records the bucket order once, skips per-step checks
@@ -120,13 +118,6 @@ TRAIN_VARIANTS = {
     "ours-jpeg-fused-host60": Variant(
         "ours-jpeg-fused-host60", data="gpu-decode", fused_crop=True, host_decode_share=0.6
     ),
-    # nvImageCodec (DALI's decoder library) instead of torchvision's decode_jpeg; fused crop.
-    "ours-jpeg-nvimgcodec": Variant(
-        "ours-jpeg-nvimgcodec", data="gpu-decode", fused_crop=True, decoder="nvimgcodec"
-    ),
-    "ours-jpeg-nvimgcodec-roi": Variant(
-        "ours-jpeg-nvimgcodec-roi", data="gpu-decode", fused_crop=True, decoder="nvimgcodec", decode_roi=True
-    ),
     "ours-jpeg-host25": Variant("ours-jpeg-host25", data="gpu-decode", host_decode_share=0.25),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
@@ -145,17 +136,6 @@ TRAIN_VARIANTS = {
         data="gpu-decode",
         fused_crop=True,
         host_decode_share=0.25,
-    ),
-    "loader-nvimgcodec": Variant(
-        "loader-nvimgcodec", model="none", data="gpu-decode", fused_crop=True, decoder="nvimgcodec"
-    ),
-    "loader-nvimgcodec-roi": Variant(
-        "loader-nvimgcodec-roi",
-        model="none",
-        data="gpu-decode",
-        fused_crop=True,
-        decoder="nvimgcodec",
-        decode_roi=True,
     ),
     # Every image decoded by the loader workers: what the CPUs alone can feed.
     "loader-host-decode": Variant(
@@ -367,7 +347,7 @@ def real_batches(variant: Variant, args, device: torch.device, batch: int):
         prefetch=variant.data != "gpu-decode-sync", decode_batch=variant.decode_batch,
         prefetch_depth=variant.prefetch_depth, prefetch_priority=variant.prefetch_priority,
         pin_encoded=variant.pin_encoded, fused_crop=variant.fused_crop,
-        host_decode_share=variant.host_decode_share, decoder=variant.decoder, decode_roi=variant.decode_roi,
+        host_decode_share=variant.host_decode_share,
     )  # fmt: skip
     loader = build_loader(cfg, "train", classes)
     epoch = 0

@@ -58,8 +58,6 @@ class DataConfig:
     pin_encoded: bool = True  # gpu-decode on CUDA: pin each batch's encoded bytes before nvJPEG reads them
     fused_crop: bool = False  # gpu-decode on CUDA: crop/resize/flip/normalise in one Triton kernel
     host_decode_share: float = 0.0  # gpu-decode: share of each batch the loader workers decode (PIL)
-    decoder: str = "torchvision"  # gpu-decode: "torchvision" (decode_jpeg) or "nvimgcodec" (nvImageCodec)
-    decode_roi: bool = False  # gpu-decode with nvimgcodec: decode only the region under each crop box
 
 
 def val_resize_size(image_size: int) -> int:
@@ -477,80 +475,9 @@ def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.pin_memory().to(device, non_blocking=True)
 
 
-DECODERS = ("torchvision", "nvimgcodec")
-
-
-class NvImageCodecDecoder:
-    """Batched JPEG decode through nvImageCodec (``nvidia.nvimgcodec``, DALI's decoder library): the
-    hardware JPEG engine and CUDA decoders on a GPU, with their host work in C++ threads that hold no
-    GIL; its CPU decoder (libjpeg-turbo) when ``device`` is the CPU.
-
-    With ``roi`` only the region under each crop box (one pixel wider on each side, which the
-    bilinear samples at its edge read) is decoded, and the box is moved into that region.
-    """
-
-    def __init__(self, samples, device: torch.device, roi: bool = False):
-        try:
-            from nvidia import nvimgcodec
-        except ImportError:
-            raise DataError(
-                "decoder nvimgcodec needs nvImageCodec: pip install nvidia-nvimgcodec-cu12 (or -cu13; "
-                "DALI installs it), or use decoder torchvision"
-            ) from None
-        self.nvimgcodec, self.samples, self.device, self.roi = nvimgcodec, samples, device, roi
-        if device.type == "cuda":
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            self.decoder = nvimgcodec.Decoder(device_id=index)
-        else:
-            cpu_only = [nvimgcodec.Backend(nvimgcodec.BackendKind.CPU_ONLY)]
-            self.decoder = nvimgcodec.Decoder(
-                device_id=nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY, backends=cpu_only
-            )
-        self.params = nvimgcodec.DecodeParams(
-            color_spec=nvimgcodec.ColorSpec.SRGB, apply_exif_orientation=False
-        )
-
-    def __call__(self, data: list, indices: list, boxes: torch.Tensor) -> tuple[list, torch.Tensor]:
-        """Decoded uint8 [3, H, W] views (HWC underneath) and the boxes in their coordinates."""
-        import numpy as np
-
-        codec = self.nvimgcodec
-        streams, shifts = [], []
-        for encoded, index, (x1, y1, x2, y2) in zip(data, indices, boxes.tolist(), strict=True):
-            try:
-                stream = codec.CodeStream(encoded.numpy())
-            except RuntimeError as e:
-                raise DataError(
-                    f"corrupt or unreadable JPEG {self.samples[index][0]}: {one_line(e)}"
-                ) from None
-            if self.roi:
-                top, left = max(0, math.floor(y1) - 1), max(0, math.floor(x1) - 1)
-                bottom, right = min(stream.height, math.ceil(y2) + 1), min(stream.width, math.ceil(x2) + 1)
-                stream = stream.get_sub_code_stream(region=codec.Region(top, left, bottom, right))
-                shifts.append((left, top, left, top))
-            streams.append(stream)
-        on_cuda = self.device.type == "cuda"
-        stream_handle = torch.cuda.current_stream(self.device).cuda_stream if on_cuda else 0
-        decoded = self.decoder.decode(streams, params=self.params, cuda_stream=stream_handle)
-        images = []
-        for image, index in zip(decoded, indices, strict=True):
-            if image is None:
-                raise DataError(
-                    f"corrupt or unreadable JPEG {self.samples[index][0]}: nvImageCodec could not decode it"
-                )
-            pixels = (
-                torch.as_tensor(image, device=self.device) if on_cuda else torch.from_numpy(np.asarray(image))
-            )
-            images.append(pixels.permute(2, 0, 1))
-        if shifts:
-            boxes = boxes - torch.tensor(shifts, dtype=boxes.dtype)
-        return images, boxes
-
-
 class DeviceDecoder:
-    """Decode a batch on the device (``torchvision.io.decode_jpeg(device=...)``: nvJPEG, the
-    hardware JPEG engine where the GPU has one; or nvImageCodec), then crop + resize, flip and
-    normalise there."""
+    """Decode a batch with ``torchvision.io.decode_jpeg(device=...)`` (nvJPEG, the hardware JPEG
+    engine where the GPU has one), then crop + resize, flip and normalise there."""
 
     def __init__(
         self,
@@ -560,16 +487,9 @@ class DeviceDecoder:
         decode_batch: int = 0,
         fused: bool = False,
         channels_last: bool = False,
-        decoder: str = "torchvision",
-        roi: bool = False,
     ):
         self.samples, self.image_size, self.device = samples, image_size, torch.device(device)
         self.decode_batch = decode_batch
-        if decoder not in DECODERS:
-            raise DataError(f"unknown decoder {decoder!r}; choose one of {', '.join(DECODERS)}")
-        if roi and decoder != "nvimgcodec":
-            raise DataError("region decoding (decode_roi) needs decoder nvimgcodec")
-        self.nvimgcodec = NvImageCodecDecoder(samples, self.device, roi) if decoder == "nvimgcodec" else None
         # fused: resnet50.crop_triton, CUDA only (Triton's interpreter too, for the tests)
         self.fused = fused and (self.device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1")
         self.channels_last = channels_last
@@ -602,13 +522,7 @@ class DeviceDecoder:
         bounds = offsets.tolist()
         data = [flat[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
         done = len(host_crops)
-        if not data:
-            images = []
-        elif self.nvimgcodec is not None:
-            images, gpu_boxes = self.nvimgcodec(data, indices[done:].tolist(), boxes[done:])
-            boxes = torch.cat([boxes[:done], gpu_boxes])
-        else:
-            images = self.decode(data, indices[done:])
+        images = self.decode(data, indices[done:]) if data else []
         if done:
             # The workers' crops (the batch's first images) are already size x size: the box that
             # keeps the whole image reads each pixel exactly once, so they share the one crop pass.
@@ -732,8 +646,6 @@ def build_gpu_decode_loader(cfg: DataConfig, split: str, classes: list[str]) -> 
         cfg.decode_batch,
         fused=cfg.fused_crop,
         channels_last=cfg.channels_last,
-        decoder=cfg.decoder,
-        roi=cfg.decode_roi,
     )
     # nvJPEG reads the encoded bytes from host memory. Pinning them first (pin_encoded) is one more
     # copy, in the loader's pin-memory thread, but lets nvJPEG upload them without waiting (PERF.md).

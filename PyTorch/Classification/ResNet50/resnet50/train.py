@@ -30,7 +30,7 @@ from zoo.recipe import load_recipe, parse_overrides
 from zoo.rng import rng_state, set_rng_state
 
 from resnet50.checkpoints import load_weights, read_checkpoint, resolve_weights
-from resnet50.data import BACKENDS, DECODERS, DataConfig, DataError, build_loader, check_layout, one_line
+from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
 from resnet50.model import resnet50
 
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
@@ -298,13 +298,9 @@ def train(args) -> dict:
         pin_encoded=_flag(data_cfg.get("pin_encoded", True), "data.pin_encoded"),
         fused_crop=_flag(data_cfg.get("fused_crop", False), "data.fused_crop"),
         host_decode_share=_share(data_cfg.get("host_decode_share", 0.0), "data.host_decode_share"),
-        decoder=str(data_cfg.get("decoder", "torchvision")),
-        decode_roi=_flag(data_cfg.get("decode_roi", False), "data.decode_roi"),
     )
     if cfg.prefetch_depth < 1:
         raise SystemExit(f"data.prefetch_depth must be 1 or more, not {cfg.prefetch_depth}")
-    if cfg.decoder not in DECODERS:
-        raise SystemExit(f"data.decoder must be one of {', '.join(DECODERS)}, not {cfg.decoder!r}")
     classes = None if cfg.backend == "synthetic" else check_layout(cfg.data_dir, num_classes)
     train_loader = build_loader(cfg, "train", classes)
     val_loader = build_loader(cfg, "val", classes)

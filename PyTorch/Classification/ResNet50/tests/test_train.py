@@ -107,7 +107,6 @@ def test_two_process_ddp_gives_identical_weights(tmp_path, digits16):
         ("data.prefetch_depth=0", "data.prefetch_depth must be 1 or more, not 0"),
         ("data.fused_crop=maybe", "data.fused_crop must be true or false, not 'maybe'"),
         ("data.host_decode_share=1.5", "data.host_decode_share must be a number from 0 to 1, not 1.5"),
-        ("data.decoder=pil", "data.decoder must be one of torchvision, nvimgcodec, not 'pil'"),
     ],
 )
 def test_bad_gpu_decode_recipe_keys_are_one_line_errors(tmp_path, digits16, override, message):
