@@ -69,14 +69,20 @@ def test_kernel_family_first_match_wins():
     assert kernel_family("elementwise_kernel") == "other: elementwise_kernel"
 
 
-def test_profile_step_runs_on_cpu():
+def test_profile_step_runs_on_cpu(tmp_path):
+    import gzip
+
     import torch
 
     x = torch.randn(64, 64)
     calls = []
-    result = profile_step(lambda: calls.append((x @ x).sum()), lambda: None, steps=3)
+    trace = tmp_path / "step.json.gz"
+    result = profile_step(lambda: calls.append((x @ x).sum()), lambda: None, steps=3, trace_path=trace)
     assert len(calls) == 3 and result["wall_ms"] > 0 and result["busy_ms"] == 0
     assert "device busy 0.00 ms" in format_profile(result)
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    assert sum(event.get("name") == "aten::mm" for event in events) == 3  # the timeline of the 3 steps
+    assert [p.name for p in tmp_path.iterdir()] == ["step.json.gz"]
 
 
 def test_write_report(tmp_path):

@@ -125,10 +125,11 @@ def covered(intervals) -> float:
     return total
 
 
-def profile_step(step, sync, *, steps: int = 5, families=KERNEL_FAMILIES) -> dict:
+def profile_step(step, sync, *, steps: int = 5, families=KERNEL_FAMILIES, trace_path=None) -> dict:
     """Run ``step()`` ``steps`` times under torch.profiler; per step, in ms: device time by kernel
     family (all streams), ``busy`` (time the device ran anything, overlaps counted once), ``wall``,
-    and the host's CUDA runtime calls by total time (a synchronising ``cudaFree`` shows here)."""
+    and the host's CUDA runtime calls by total time (a synchronising ``cudaFree`` shows here).
+    ``trace_path``: also write the timeline there (Chrome trace JSON, gzip-compressed)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -140,6 +141,8 @@ def profile_step(step, sync, *, steps: int = 5, families=KERNEL_FAMILIES) -> dic
             step()
         sync()
         wall_ms = (time.perf_counter() - began) / steps * 1e3
+    if trace_path:
+        write_trace(prof, trace_path)
     kernels: dict[str, float] = {}
     names: dict[str, float] = {}
     runtime: dict[str, float] = {}
@@ -162,6 +165,21 @@ def profile_step(step, sync, *, steps: int = 5, families=KERNEL_FAMILIES) -> dic
         "runtime_ms": dict(sorted(runtime.items(), key=lambda kv: -kv[1])),
         "top_kernels_ms": dict(sorted(names.items(), key=lambda kv: -kv[1])[:25]),
     }
+
+
+def write_trace(prof, path) -> None:
+    """The profiler's timeline as gzip-compressed Chrome trace JSON, written atomically."""
+    import gzip
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(raw)
+        partial = f"{path}.partial"
+        with open(raw, "rb") as src, gzip.open(partial, "wb") as dst:
+            dst.write(src.read())
+        os.replace(partial, path)
 
 
 def format_profile(profile: dict, rows: int = 12) -> str:

@@ -438,7 +438,9 @@ def _train_variant(variant: Variant, args, device: torch.device) -> dict:
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     first_step_s, per_window = _first_step_and_windows(step, sync, args, batch)
     if args.profile and device.type == "cuda":
-        profile = profile_step(step, sync, families=RESNET_FAMILIES)  # every process steps: collectives
+        trace = os.path.join(args.trace, f"{variant.name}.json.gz") if args.trace and _is_primary() else None
+        # every process steps: collectives
+        profile = profile_step(step, sync, families=RESNET_FAMILIES, trace_path=trace)
         if _is_primary():
             print(
                 f"profile of {variant.name}, per step:\n" + format_profile(profile),
@@ -559,6 +561,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--profile", action="store_true", help="print GPU time per kernel family for each train variant"
     )
+    p.add_argument(
+        "--trace", metavar="DIR",
+        help="with --profile: write each variant's profiled steps as a timeline, DIR/<variant>.json.gz "
+        "(Chrome trace: chrome://tracing or ui.perfetto.dev)",
+    )  # fmt: skip
     p.add_argument("--json", dest="json_path", help="write the report here (zoo.bench schema)")
     p.add_argument(
         "--data-dir", help="ImageNet-style folder for the real-pipeline variants (ours-jpeg*, loader-*)"
@@ -586,6 +593,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.make_jpegs and not args.data_dir:
         p.error("--make-jpegs needs --data-dir")
+    if args.trace and not args.profile:
+        p.error("--trace needs --profile")
+    if args.trace:
+        os.makedirs(args.trace, exist_ok=True)
     if args.gpus is not None:
         try:
             args.gpus = sorted({int(n) for n in args.gpus.split(",") if n})
