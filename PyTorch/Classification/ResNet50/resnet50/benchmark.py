@@ -130,8 +130,8 @@ TRAIN_VARIANTS = {
         host_decode_share=0.4,
         side_stream=True,
     ),
-    # The training step's host work holds the GIL that the input threads need (PERF.md): CUDA graphs
-    # replay a step with almost no Python; the C++ wrapper launches the compiled kernels from C++.
+    # CUDA graphs replay the step with almost no Python (the input threads get the GIL) but queue
+    # it whole on the GPU, ahead of nvJPEG's per-image kernels (PERF.md).
     "ours-cudagraphs-jpeg-fused": Variant(
         "ours-cudagraphs-jpeg-fused", compile_mode="reduce-overhead", data="gpu-decode", fused_crop=True
     ),
@@ -142,10 +142,6 @@ TRAIN_VARIANTS = {
         fused_crop=True,
         host_decode_share=0.25,
     ),
-    "ours-jpeg-fused-cppwrapper": Variant(
-        "ours-jpeg-fused-cppwrapper", data="gpu-decode", fused_crop=True, inductor=("cpp_wrapper=true",)
-    ),
-    "ours-cppwrapper": Variant("ours-cppwrapper", inductor=("cpp_wrapper=true",)),
     "ours-jpeg-host25": Variant("ours-jpeg-host25", data="gpu-decode", host_decode_share=0.25),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"

@@ -4,7 +4,8 @@ Backends (``--data-backend``):
 
 - ``pytorch``: torchvision ImageFolder + PIL decode in DataLoader workers, pinned memory.
 - ``gpu-decode``: workers only read JPEG bytes; ``torchvision.io.decode_jpeg`` decodes the whole
-  batch on the device (nvJPEG on CUDA), then crop, flip and normalise run there too.
+  batch on the device (nvJPEG on CUDA), then crop, flip and normalise run there too. Optionally
+  the workers decode and crop a share of each batch on the CPU (``host_decode_share``).
 - ``dali-gpu`` / ``dali-cpu``: an NVIDIA DALI pipeline (decode on GPU via ``mixed``, or on CPU).
 - ``synthetic``: random tensors created once on the device (measures the model, not the input).
 
