@@ -170,16 +170,15 @@ def profile_step(step, sync, *, steps: int = 5, families=KERNEL_FAMILIES, trace_
 def write_trace(prof, path) -> None:
     """The profiler's timeline as gzip-compressed Chrome trace JSON, written atomically."""
     import gzip
-    import os
+    import pathlib
     import tempfile
 
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = os.path.join(tmp, "trace.json")
-        prof.export_chrome_trace(raw)
-        partial = f"{path}.partial"
-        with open(raw, "rb") as src, gzip.open(partial, "wb") as dst:
-            dst.write(src.read())
-        os.replace(partial, path)
+    from zoo.checkpoints import atomic_write
+
+    with tempfile.TemporaryDirectory() as tmp, atomic_write(path) as packed:
+        raw = pathlib.Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        packed.write_bytes(gzip.compress(raw.read_bytes()))
 
 
 def format_profile(profile: dict, rows: int = 12) -> str:

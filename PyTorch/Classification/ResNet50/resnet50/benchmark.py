@@ -142,7 +142,6 @@ TRAIN_VARIANTS = {
         fused_crop=True,
         host_decode_share=0.25,
     ),
-    "ours-jpeg-host25": Variant("ours-jpeg-host25", data="gpu-decode", host_decode_share=0.25),
     "ours-cudagraphs-jpeg": Variant(
         "ours-cudagraphs-jpeg", compile_mode="reduce-overhead", data="gpu-decode"
     ),

@@ -576,8 +576,7 @@ class DevicePrefetcher:
                 for raw in iterable:
                     if self.stop.is_set():
                         return
-                    with torch.profiler.record_function("prefetch: decode + crop"):
-                        images, labels = transform(*raw)
+                    images, labels = transform(*raw)
                     if self.channels_last:
                         images = images.contiguous(memory_format=torch.channels_last)
                     labels = host_to_device(labels, self.device)
