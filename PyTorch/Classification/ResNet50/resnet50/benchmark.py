@@ -606,6 +606,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--make-jpegs needs --data-dir")
     if args.trace and not args.profile:
         p.error("--trace needs --profile")
+    if args.trace and args.gpus:
+        p.error("--trace writes one process's timeline: leave out --gpus")
     if args.trace:
         os.makedirs(args.trace, exist_ok=True)
     if args.gpus is not None:

@@ -185,3 +185,22 @@ def test_scaling_rejects_real_data_and_too_many_gpus(model_dir):
     )
     out = run("--device", "cpu", "--gpus", "two")
     assert out.returncode != 0 and "expected GPU counts such as 1,2,4" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--trace", "t"], "--trace needs --profile"),
+        (
+            ["--profile", "--trace", "t", "--gpus", "1,2"],
+            "--trace writes one process's timeline: leave out --gpus",
+        ),
+    ],
+)
+def test_trace_flag_errors_are_one_line(model_dir, tmp_path, flags, message):
+    out = subprocess.run(
+        ["bash", str(model_dir / "scripts" / "benchmark.sh"), "--device", "cpu", "--mode", "train", *flags],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == f"benchmark.sh: error: {message}"
+    assert not (tmp_path / "t").exists()  # nothing written on a bad command line
