@@ -73,6 +73,9 @@ PLAIN_DDP = {
     "ddp_broadcast_buffers": True,
 }
 
+# The real input pipeline with crop, resize, flip and normalise in one Triton kernel.
+FUSED_JPEG = {"data": "gpu-decode", "fused_crop": True}
+
 
 TRAIN_VARIANTS = {
     # What a user writes in an afternoon: torchvision's model, autocast, channels_last, compile.
@@ -108,38 +111,25 @@ TRAIN_VARIANTS = {
     "ours-jpeg-depth4": Variant("ours-jpeg-depth4", data="gpu-decode", prefetch_depth=4),
     "ours-jpeg-lowprio": Variant("ours-jpeg-lowprio", data="gpu-decode", prefetch_priority=False),
     "ours-jpeg-pageable": Variant("ours-jpeg-pageable", data="gpu-decode", pin_encoded=False),
-    "ours-jpeg-fused": Variant("ours-jpeg-fused", data="gpu-decode", fused_crop=True),
+    "ours-jpeg-fused": Variant("ours-jpeg-fused", **FUSED_JPEG),
     # The loader workers decode and crop a share of each batch on the CPU; nvJPEG the rest.
-    "ours-jpeg-fused-host25": Variant(
-        "ours-jpeg-fused-host25", data="gpu-decode", fused_crop=True, host_decode_share=0.25
-    ),
-    "ours-jpeg-fused-host40": Variant(
-        "ours-jpeg-fused-host40", data="gpu-decode", fused_crop=True, host_decode_share=0.4
-    ),
-    "ours-jpeg-fused-host60": Variant(
-        "ours-jpeg-fused-host60", data="gpu-decode", fused_crop=True, host_decode_share=0.6
-    ),
+    "ours-jpeg-fused-host25": Variant("ours-jpeg-fused-host25", **FUSED_JPEG, host_decode_share=0.25),
+    "ours-jpeg-fused-host40": Variant("ours-jpeg-fused-host40", **FUSED_JPEG, host_decode_share=0.4),
+    "ours-jpeg-fused-host60": Variant("ours-jpeg-fused-host60", **FUSED_JPEG, host_decode_share=0.6),
     "ours-bf16-stream": Variant("ours-bf16-stream", side_stream=True),
-    "ours-jpeg-fused-stream": Variant(
-        "ours-jpeg-fused-stream", data="gpu-decode", fused_crop=True, side_stream=True
-    ),
+    "ours-jpeg-fused-stream": Variant("ours-jpeg-fused-stream", **FUSED_JPEG, side_stream=True),
     "ours-jpeg-fused-host40-stream": Variant(
-        "ours-jpeg-fused-host40-stream",
-        data="gpu-decode",
-        fused_crop=True,
-        host_decode_share=0.4,
-        side_stream=True,
+        "ours-jpeg-fused-host40-stream", **FUSED_JPEG, host_decode_share=0.4, side_stream=True
     ),
     # CUDA graphs replay the step with almost no Python (the input threads get the GIL) but queue
     # it whole on the GPU, ahead of nvJPEG's per-image kernels (PERF.md).
     "ours-cudagraphs-jpeg-fused": Variant(
-        "ours-cudagraphs-jpeg-fused", compile_mode="reduce-overhead", data="gpu-decode", fused_crop=True
+        "ours-cudagraphs-jpeg-fused", compile_mode="reduce-overhead", **FUSED_JPEG
     ),
     "ours-cudagraphs-jpeg-fused-host25": Variant(
         "ours-cudagraphs-jpeg-fused-host25",
         compile_mode="reduce-overhead",
-        data="gpu-decode",
-        fused_crop=True,
+        **FUSED_JPEG,
         host_decode_share=0.25,
     ),
     "ours-cudagraphs-jpeg": Variant(
@@ -150,20 +140,12 @@ TRAIN_VARIANTS = {
     # The input pipeline alone: batches/s with no model.
     "loader-gpu-decode": Variant("loader-gpu-decode", model="none", data="gpu-decode"),
     "loader-pil": Variant("loader-pil", model="none", data="pytorch"),
-    "loader-gpu-decode-fused": Variant(
-        "loader-gpu-decode-fused", model="none", data="gpu-decode", fused_crop=True
-    ),
+    "loader-gpu-decode-fused": Variant("loader-gpu-decode-fused", model="none", **FUSED_JPEG),
     "loader-gpu-decode-fused-host25": Variant(
-        "loader-gpu-decode-fused-host25",
-        model="none",
-        data="gpu-decode",
-        fused_crop=True,
-        host_decode_share=0.25,
+        "loader-gpu-decode-fused-host25", model="none", **FUSED_JPEG, host_decode_share=0.25
     ),
     # Every image decoded by the loader workers: what the CPUs alone can feed.
-    "loader-host-decode": Variant(
-        "loader-host-decode", model="none", data="gpu-decode", fused_crop=True, host_decode_share=1.0
-    ),
+    "loader-host-decode": Variant("loader-host-decode", model="none", **FUSED_JPEG, host_decode_share=1.0),
 }
 INFERENCE_VARIANTS = {
     "tv-eager": Variant("tv-eager", "torchvision", compile_mode=None, cudnn_benchmark=False, fold_bn=False),
