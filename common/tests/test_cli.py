@@ -1,0 +1,86 @@
+"""The shared command-line vocabulary (zoo.cli) and the PyTorch set-up helpers (zoo.torch)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from zoo.cli import add_run_args, add_target_arg, parse_args, recipe_from_args, resolve_resume
+
+
+def _parser(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("amp: bf16\ndata:\n  batch_size: 8\n")
+    parser = argparse.ArgumentParser(prog="x")
+    add_run_args(parser, default_recipe=recipe)
+    add_target_arg(parser, "top1", unit="%", example=75.9)
+    parser.add_argument("--batch-size", type=int)
+    return parser
+
+
+def test_flags_override_the_recipe_and_set_items(tmp_path):
+    args = parse_args(
+        _parser(tmp_path), ["--amp", "fp16", "--set", "data.batch_size=4", "--target-top1", "75"]
+    )
+    recipe = recipe_from_args(args, {"batch_size": "data.batch_size"})
+    assert recipe == {"amp": "fp16", "data": {"batch_size": 4}}
+    assert args.target_top1 == 75.0
+    args = parse_args(_parser(tmp_path), ["--set", "data.batch_size=4", "--batch-size", "2"])
+    assert recipe_from_args(args, {"batch_size": "data.batch_size"})["data"]["batch_size"] == 2
+
+
+@pytest.mark.parametrize(
+    "argv, new",
+    [
+        (["--config", "x.yaml"], "--recipe"),
+        (["--precision=fp16"], "--amp"),
+        (["--no-resume"], "--resume none"),
+        (["--target-accuracy", "75"], "--target-top1"),
+        (["--amp", "none"], "--amp fp32"),
+        (["--amp=none"], "--amp fp32"),
+    ],
+)
+def test_old_spellings_name_the_new_one(tmp_path, argv, new):
+    with pytest.raises(SystemExit) as e:
+        parse_args(_parser(tmp_path), argv)
+    assert str(e.value).startswith("error: ") and str(e.value).endswith(f"use {new}")
+
+
+def test_resume_default_refuses_to_overwrite_a_checkpoint(tmp_path):
+    checkpoint = tmp_path / "checkpoint.pt"
+    assert resolve_resume(None, checkpoint) is None
+    assert resolve_resume("auto", checkpoint) is None
+    checkpoint.write_bytes(b"x")
+    with pytest.raises(SystemExit, match="--resume auto"):
+        resolve_resume(None, checkpoint)
+    assert resolve_resume("auto", checkpoint) == checkpoint
+    assert resolve_resume("none", checkpoint) is None
+    assert resolve_resume(str(checkpoint), tmp_path / "other.pt") == checkpoint
+    with pytest.raises(SystemExit, match="no such checkpoint"):
+        resolve_resume(str(tmp_path / "missing.pt"), checkpoint)
+
+
+def test_parameter_groups_exempt_biases_and_norms():
+    torch = pytest.importorskip("torch")
+    from zoo.torch import parameter_groups
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))
+    model[2].weight.requires_grad_(False)
+    decay, plain = parameter_groups(model, 0.1, adapt=True)
+    assert [p.shape for p in decay["params"]] == [torch.Size([4, 3])]
+    assert len(plain["params"]) == 4 and plain["weight_decay"] == 0.0
+    assert decay["adapt"] is True and plain["adapt"] is False
+
+
+def test_autocast_and_scaler_follow_amp():
+    torch = pytest.importorskip("torch")
+    from zoo.torch import autocast, grad_scaler
+
+    x = torch.randn(2, 3)
+    with autocast("cpu", "bf16"):
+        assert torch.nn.functional.linear(x, torch.randn(4, 3)).dtype == torch.bfloat16
+    with autocast("cpu", "fp32"):
+        assert torch.nn.functional.linear(x, torch.randn(4, 3)).dtype == torch.float32
+    assert not grad_scaler("cpu", "bf16").is_enabled()
+    with pytest.raises(SystemExit, match="amp must be one of"):
+        autocast("cpu", "none")

@@ -1,0 +1,144 @@
+"""The command-line vocabulary every model's entry points share (docs/ARCHITECTURE.md, "The CLI").
+
+    parser = argparse.ArgumentParser(prog="python -m resnet50.train", ...)
+    add_run_args(parser, default_recipe=DEFAULT_RECIPE)
+    add_target_arg(parser, "top1", unit="%", example=75.9)
+    args = parse_args(parser, argv, renamed={"--target-accuracy": "--target-top1"})
+    recipe = recipe_from_args(args, {"batch_size": "data.batch_size"})
+    resume_from = resolve_resume(args.resume, results_dir / "checkpoint.pt")
+
+Flags: ``--recipe FILE``, repeatable ``--set KEY=VALUE``, ``--amp {bf16,fp16,fp32}``,
+``--resume {auto,PATH,none}``, ``--data-dir`` ($DATA_DIR), ``--results-dir`` ($RESULTS_DIR),
+``--target-<metric>`` in the metric's published unit; ``--gpus``/``NGPU`` belong to the shell launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+
+AMP_CHOICES = ("bf16", "fp16", "fp32")
+
+# Spellings the models used before the shared vocabulary; each now ends in a one-line error.
+RENAMED_FLAGS = {
+    "--config": "--recipe",
+    "--precision": "--amp",
+    "--no-resume": "--resume none",
+    "--target-accuracy": "--target-top1",
+}
+
+RESUME_HELP = (
+    "auto: continue RESULTS_DIR's checkpoint if there is one; PATH: continue that checkpoint; "
+    "none: start over (an existing checkpoint is overwritten). Default: start a new run, and stop "
+    "with an error if RESULTS_DIR already holds a checkpoint"
+)
+
+
+def add_run_args(
+    parser: argparse.ArgumentParser,
+    *,
+    default_recipe,
+    data_dir: bool = True,
+    results_dir: bool = True,
+    amp: bool = True,
+    resume: bool = True,
+    data_help: str = "dataset folder ($DATA_DIR)",
+) -> argparse.ArgumentParser:
+    """Add the shared flags to ``parser``; a value left unset (None) keeps the recipe's."""
+    parser.add_argument("--recipe", default=str(default_recipe), help="recipe YAML (configs/*.yaml)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe key, e.g. --set optimizer.lr=0.1 (repeatable)",
+    )
+    if amp:
+        parser.add_argument(
+            "--amp", choices=AMP_CHOICES, default=None, help="mixed precision (default: the recipe's)"
+        )
+    if data_dir:
+        parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR"), help=data_help)
+    if results_dir:
+        parser.add_argument(
+            "--results-dir",
+            default=os.environ.get("RESULTS_DIR", "results"),
+            help="logs, checkpoints and curves ($RESULTS_DIR)",
+        )
+    if resume:
+        parser.add_argument("--resume", default=None, metavar="{auto,PATH,none}", help=RESUME_HELP)
+    return parser
+
+
+def add_target_arg(parser: argparse.ArgumentParser, metric: str, *, unit: str, example) -> None:
+    """``--target-<metric> VALUE``: stop once the quality metric reaches VALUE (in ``unit``)."""
+    parser.add_argument(
+        f"--target-{metric.replace('_', '-')}",
+        type=float,
+        default=None,
+        metavar="VALUE",
+        help=f"stop once {metric} reaches VALUE ({unit}, e.g. {example}); default: the recipe's",
+    )
+
+
+def reject_renamed(argv, renamed: dict | None = None) -> None:
+    """A flag spelt the old way (``--config``, ``--precision``, ...) ends in one line naming the new one."""
+    table = {**RENAMED_FLAGS, **(renamed or {})}
+    for i, item in enumerate(argv):
+        flag, _, value = item.partition("=")
+        if flag in table:
+            raise SystemExit(f"error: {flag} was renamed: use {table[flag]}")
+        if flag == "--amp" and not value and i + 1 < len(argv):
+            value = argv[i + 1]
+        if flag == "--amp" and value == "none":
+            raise SystemExit("error: --amp none was renamed: use --amp fp32")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv=None, *, renamed: dict | None = None):
+    """``parser.parse_args`` after :func:`reject_renamed`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    reject_renamed(argv, renamed)
+    return parser.parse_args(argv)
+
+
+def recipe_from_args(args, flag_to_key: dict | None = None) -> dict:
+    """Load ``args.recipe`` with ``--set`` items and the flags of ``flag_to_key`` (``{"batch_size":
+    "data.batch_size"}``) that were given; ``args.amp`` maps to ``amp`` unless the table says where."""
+    from zoo.recipe import load_recipe, parse_overrides
+
+    overrides = parse_overrides(args.set)
+    table = dict(flag_to_key or {})
+    if hasattr(args, "amp"):
+        table.setdefault("amp", "amp")
+    for flag, key in table.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides[key] = value
+    return load_recipe(args.recipe, overrides)
+
+
+def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathlib.Path | None:
+    """The checkpoint a run continues from, or None for a new run.
+
+    ``checkpoint`` is where this run writes its own (RESULTS_DIR/<name>). ``auto`` takes it when it
+    exists; ``none`` starts over; a path must exist. Not given (None) starts over, but refuses a
+    results folder that already holds a checkpoint, so that no finished work is overwritten.
+    """
+    checkpoint = pathlib.Path(checkpoint)
+    if resume is None:
+        if checkpoint.exists():
+            raise SystemExit(
+                f"error: {checkpoint} exists: pass --resume auto to continue it, --resume none to start "
+                "over (it will be overwritten), or another --results-dir"
+            )
+        return None
+    if resume == "none":
+        return None
+    if resume == "auto":
+        return checkpoint if checkpoint.exists() else None
+    path = pathlib.Path(resume)
+    if not path.exists():
+        raise SystemExit(f"error: --resume {resume}: no such checkpoint")
+    return path

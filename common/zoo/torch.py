@@ -1,0 +1,183 @@
+"""PyTorch set-up every PyTorch model shares: process group, device, autocast, seeding, parameter
+groups, DistributedDataParallel, the replica check. Imports torch lazily (``zoo`` stays framework-free).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import random
+
+import numpy as np
+
+from zoo.dist import DistEnv, get_dist_env
+
+
+def init_distributed(device: str | None = None, *, timeout_minutes: float = 30):
+    """``(DistEnv, torch.device)``: the device (``device``, else ``cuda:LOCAL_RANK`` where CUDA is,
+    else cpu), and the process group joined when torchrun / SLURM / MPI started several processes
+    (NCCL on GPUs, gloo on the CPU)."""
+    import torch
+    import torch.distributed as dist
+
+    env = get_dist_env()
+    if device:
+        chosen = torch.device(device)
+        if chosen.type == "cuda" and chosen.index is None:
+            chosen = torch.device("cuda", env.local_rank)
+    elif torch.cuda.is_available():
+        chosen = torch.device("cuda", env.local_rank)
+    else:
+        chosen = torch.device("cpu")
+    if chosen.type == "cuda":
+        torch.cuda.set_device(chosen)
+    if env.world_size > 1 and not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", env.master_addr)
+        os.environ.setdefault("MASTER_PORT", str(env.master_port))
+        dist.init_process_group(
+            "nccl" if chosen.type == "cuda" else "gloo",
+            init_method="env://",
+            rank=env.rank,
+            world_size=env.world_size,
+            timeout=datetime.timedelta(minutes=timeout_minutes),
+        )
+    return env, chosen
+
+
+def close_distributed() -> None:
+    """Barrier and leave the process group, if one was joined."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def fast_math(device) -> None:
+    """cuDNN autotuning and TF32 matmuls/convolutions on a GPU; flush denormals on the CPU (they make
+    CPU convolutions many times slower)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    else:
+        torch.set_flush_denormal(True)
+
+
+def amp_dtype(amp: str):
+    """``bf16`` / ``fp16`` / ``fp32`` -> the torch dtype autocast computes in (None for fp32)."""
+    import torch
+
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+    if amp not in dtypes:
+        raise SystemExit(f"error: amp must be one of bf16, fp16, fp32, not {amp!r}")
+    return dtypes[amp]
+
+
+def autocast(device, amp: str):
+    """``torch.autocast`` for ``amp`` on ``device``'s type; a no-op context for fp32."""
+    import torch
+
+    dtype = amp_dtype(amp)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=dtype)
+
+
+def grad_scaler(device, amp: str):
+    """A GradScaler that scales only for fp16 (bf16 and fp32 need none)."""
+    import torch
+
+    return torch.amp.GradScaler(torch.device(device).type, enabled=amp == "fp16")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's (CPU and every CUDA device's) generators."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def parameter_groups(model, weight_decay: float, **decayed_group_options) -> list[dict]:
+    """Two optimizer groups: weights (matrices, convolutions, embeddings) decayed; biases and
+    normalisation parameters (every tensor of one dimension or less) not. Frozen parameters are left
+    out. ``decayed_group_options`` go into the first group (e.g. ``adapt=True`` for LAMB); the second
+    gets the opposite boolean for each."""
+    decay, plain = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (plain if param.ndim <= 1 else decay).append(param)
+    opposite = {k: (not v) if isinstance(v, bool) else v for k, v in decayed_group_options.items()}
+    return [
+        {"params": decay, "weight_decay": weight_decay, **decayed_group_options},
+        {"params": plain, "weight_decay": 0.0, **opposite},
+    ]
+
+
+def distributed_model(
+    model,
+    device,
+    *,
+    bucket_mb: int = 25,
+    static_graph: bool = True,
+    bucket_view: bool = True,
+    broadcast_buffers: bool = False,
+):
+    """DistributedDataParallel with the zoo's defaults (measured in ResNet-50's PERF.md): every step
+    uses every parameter (static graph), gradients are views into the buckets, and normalisation
+    statistics stay per GPU (no broadcast of rank 0's buffers every forward)."""
+    import warnings
+
+    import torch
+
+    device = torch.device(device)
+    with warnings.catch_warnings():
+        # torch 2.14 renames broadcast_buffers (a FutureWarning); 2.11, on the GPU machines, knows only it.
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers.*", category=FutureWarning)
+        return torch.nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=bucket_mb,
+            static_graph=static_graph,
+            gradient_as_bucket_view=bucket_view,
+            broadcast_buffers=broadcast_buffers,
+        )
+
+
+def weights_checksum(model) -> float:
+    """A float64 sum over every parameter: equal on replicas that hold equal weights."""
+    import torch
+
+    with torch.no_grad():
+        return float(torch.stack([p.detach().double().sum() for p in model.parameters()]).sum())
+
+
+def replicas_agree(model) -> bool | None:
+    """True when every rank holds the same weights (checksums all-gathered), None in one process."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return None
+    device = next(model.parameters()).device
+    mine = torch.tensor([weights_checksum(model)], dtype=torch.float64, device=device)
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    return all(bool(g == gathered[0]) for g in gathered)
+
+
+def check_replicas_agree(model, env: DistEnv | None = None) -> None:
+    """End the run with a one-line error if the ranks' weights differ; say so once when they agree."""
+    agree = replicas_agree(model)
+    if agree is None:
+        return
+    env = env or get_dist_env()
+    if not agree:
+        raise SystemExit(f"error: weights differ across the {env.world_size} ranks")
+    if env.is_primary:
+        print(f"weights identical on all {env.world_size} ranks", flush=True)
