@@ -146,3 +146,30 @@ def test_inductor_options_are_typed_and_checked():
         inductor_options(["triton.no_such_option=1"])
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         inductor_options(["coordinate_descent_tuning"])
+
+
+def test_measure_windows_and_per_call_latency():
+    from zoo.bench import measure
+
+    calls, syncs = [], []
+    summary = measure(
+        lambda: calls.append(1), items_per_call=4, warmup=3, iters=5, windows=2, sync=lambda: syncs.append(1)
+    )
+    assert len(calls) == 3 + 10 and len(syncs) == 1 + 2  # after warm-up, then at each window's end
+    assert summary["items"] == 40 and len(summary["window_throughputs"]) == 2
+    assert summary["throughput"] == float(np.median(summary["window_throughputs"]))
+    assert "latency_ms" not in summary
+    )
+    calls.clear(), syncs.clear()
+    summary = measure(
+        lambda: calls.append(1),
+        items_per_call=1,
+        warmup=0,
+        iters=4,
+        sync=lambda: syncs.append(1),
+        per_call=True,
+    )
+    assert len(calls) == 4 and len(syncs) == 1 + 4 + 1
+    assert set(summary["latency_ms"]) == {"mean", "p50", "p90", "p95", "p99"}
+    with pytest.raises(ValueError):
+        measure(lambda: None, items_per_call=1, warmup=0, iters=0)

@@ -1,7 +1,7 @@
 """Throughput / latency measurement (warm-up, percentiles) and the results-JSON schema.
 
-summary = time_loop(lambda: model(x), items_per_call=x.shape[0], warmup=10, iters=100,
-                    sync=torch.cuda.synchronize)
+summary = measure(lambda: model(x), items_per_call=x.shape[0], warmup=10, iters=100,
+                  windows=3, sync=torch.cuda.synchronize)
 write_report("results/bench.json", [{"mode": "inference", "batch": 256, **summary}], device="H100")
 """
 
@@ -92,6 +92,50 @@ def time_windows(fn, *, warmup: int, iters: int, windows: int, sync=None) -> lis
         sync()
         seconds.append(time.perf_counter() - start)
     return seconds
+
+
+def measure(
+    fn, *, items_per_call: int, warmup: int, iters: int, windows: int = 1, sync=None, per_call=False
+) -> dict:
+    """The zoo's one timer: call ``fn()`` ``warmup`` times, then ``windows`` x ``iters`` times.
+
+    Returns ``{"throughput": items/s of the median window, "window_throughputs": [...],
+    "window_seconds": [...], "items": items timed}``. ``sync()`` (e.g. ``torch.cuda.synchronize``)
+    runs only before each clock read at window ends, so the host may queue work ahead of the device
+    as it does in training. ``per_call=True`` also syncs around every call and adds
+    ``"latency_ms": {"mean", "p50", "p90", "p95", "p99"}`` (per-call latency, as a server sees it).
+    """
+    if warmup < 0 or iters < 1 or windows < 1:
+        raise ValueError(
+            f"measure needs warmup >= 0, iters >= 1, windows >= 1 (got {warmup}, {iters}, {windows})"
+        )
+    sync = sync or (lambda: None)
+    for _ in range(warmup):
+        fn()
+    sync()
+    window_seconds, call_ms = [], []
+    for _ in range(windows):
+        start = time.perf_counter()
+        for _ in range(iters):
+            if per_call:
+                began = time.perf_counter()
+                fn()
+                sync()
+                call_ms.append((time.perf_counter() - began) * 1e3)
+            else:
+                fn()
+        sync()
+        window_seconds.append(time.perf_counter() - start)
+    rates = [items_per_call * iters / seconds for seconds in window_seconds]
+    summary = {
+        "throughput": float(np.median(rates)),
+        "window_throughputs": rates,
+        "window_seconds": window_seconds,
+        "items": items_per_call * iters * windows,
+    }
+    if per_call:
+        summary["latency_ms"] = {"mean": float(np.mean(call_ms)), **percentiles(call_ms)}
+    return summary
 
 
 # Kernel families for profile_step: (label, substrings of the lower-cased kernel name), first match wins.
