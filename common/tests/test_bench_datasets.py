@@ -159,7 +159,6 @@ def test_measure_windows_and_per_call_latency():
     assert summary["items"] == 40 and len(summary["window_throughputs"]) == 2
     assert summary["throughput"] == float(np.median(summary["window_throughputs"]))
     assert "latency_ms" not in summary
-    )
     calls.clear(), syncs.clear()
     summary = measure(
         lambda: calls.append(1),
