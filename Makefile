@@ -1,6 +1,7 @@
 # One entry point for people and CI. Every target creates what it needs and is safe to re-run.
 PYTHON ?= python3.11
 VENV := .venv
+DOCKER ?= docker
 PYTEST_FLAGS ?= -x -q --timeout=900
 
 PT_REQS := $(wildcard PyTorch/*/*/requirements.txt)
@@ -14,7 +15,8 @@ help:
 	@echo "make test          create the venvs and run every test (CPU)"
 	@echo "make setup         create .venv/pytorch, .venv/tensorflow, .venv/mxnet"
 	@echo "make lint          ruff check + ruff format --check + hadolint"
-	@echo "make docker-build  build the base images and every model image (needs a Docker engine)"
+	@echo "make docker-build  build the base images and every model image (needs a Docker engine);"
+	@echo "                  MODEL=PyTorch/Classification/ResNet50 builds one model and its base"
 
 setup: setup-pytorch setup-tensorflow setup-mxnet
 setup-pytorch: $(VENV)/pytorch/.ready
@@ -63,15 +65,27 @@ format: setup-pytorch
 	$(VENV)/pytorch/bin/ruff format .
 	$(VENV)/pytorch/bin/ruff check --fix .
 
+# Images: zoo/<framework>:latest (Dockerfiles/<framework>), zoo/triton:latest, and one per model named
+# zoo/<framework>-<domain>-<model>:latest in lower case. A model image builds FROM its framework's base, so
+# the bases come first. MODEL=PyTorch/Classification/ResNet50 builds that model and its base only.
+MODEL ?=
+MODEL_DIRS = $(if $(MODEL),$(MODEL),$(patsubst %/Dockerfile,%,$(sort $(wildcard PyTorch/*/*/Dockerfile TensorFlow/*/*/Dockerfile MXNet/*/*/Dockerfile))))
+
 docker-build:
-	docker build -t zoo/pytorch:latest -f Dockerfiles/pytorch/Dockerfile .
-	docker build -t zoo/tensorflow:latest -f Dockerfiles/tensorflow/Dockerfile .
-	docker build -t zoo/mxnet:latest -f Dockerfiles/mxnet/Dockerfile .
-	docker build -t zoo/triton:latest -f Dockerfiles/triton/Dockerfile .
-	for d in PyTorch/*/* TensorFlow/*/* MXNet/*/*; do \
-	  [ -f $$d/Dockerfile ] || continue; \
-	  tag=$$(echo $$d | tr '[:upper:]/' '[:lower:]-'); \
-	  docker build -t zoo/$$tag:latest $$d || exit 1; \
+	@set -e; \
+	for fw in $$(for d in $(MODEL_DIRS); do echo "$${d%%/*}"; done | tr '[:upper:]' '[:lower:]' | sort -u); do \
+	  echo "docker build -t zoo/$$fw:latest -f Dockerfiles/$$fw/Dockerfile ."; \
+	  $(DOCKER) build -t zoo/$$fw:latest -f Dockerfiles/$$fw/Dockerfile .; \
+	done; \
+	if [ -z "$(MODEL)" ]; then \
+	  echo "docker build -t zoo/triton:latest -f Dockerfiles/triton/Dockerfile ."; \
+	  $(DOCKER) build -t zoo/triton:latest -f Dockerfiles/triton/Dockerfile .; \
+	fi; \
+	for d in $(MODEL_DIRS); do \
+	  [ -f "$$d/Dockerfile" ] || { echo "no Dockerfile in $$d" >&2; exit 1; }; \
+	  tag=zoo/$$(echo "$$d" | tr '[:upper:]/' '[:lower:]-'):latest; \
+	  echo "docker build -t $$tag $$d"; \
+	  $(DOCKER) build -t $$tag $$d; \
 	done
 
 clean:
