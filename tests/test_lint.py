@@ -1,4 +1,4 @@
-"""ruff format and ruff check are clean over the whole tree (STYLE.md)."""
+"""ruff format and ruff check are clean over the whole tree (CONTRIBUTING.md, `make lint`)."""
 
 from __future__ import annotations
 

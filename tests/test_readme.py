@@ -34,3 +34,16 @@ def test_quick_start_commands_are_make_targets():
         assert re.search(rf"^{target}:", makefile, re.M), f"Makefile has no '{target}' target"
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci, ".ci/run must run the README's test command"
+
+
+def test_design_documents_cited_by_code_exist():
+    """Code and tests cite the project's own design documents, which live in the tree."""
+    for doc in ("docs/ARCHITECTURE.md", "CONTRIBUTING.md"):
+        assert (ROOT / doc).is_file(), f"{doc} missing"
+    cited = set()
+    for path in list(ROOT.glob("tests/*.py")) + list(ROOT.glob("common/zoo/*.py")):
+        cited |= set(
+            re.findall(r"\b((?:docs/)?(?:ARCHITECTURE|CONTRIBUTING|STYLE|DESIGN)\.md)\b", path.read_text())
+        )
+    missing = sorted(doc for doc in cited if not (ROOT / doc).is_file())
+    assert not missing, f"cited but not in the repository: {missing}"
