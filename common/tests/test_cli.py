@@ -84,3 +84,7 @@ def test_autocast_and_scaler_follow_amp():
     assert not grad_scaler("cpu", "bf16").is_enabled()
     with pytest.raises(SystemExit, match="amp must be one of"):
         autocast("cpu", "none")
+
+
+def test_help_shows_a_percent_unit(tmp_path):
+    assert "(%, e.g. 75.9)" in _parser(tmp_path).format_help()

@@ -79,7 +79,10 @@ def add_target_arg(parser: argparse.ArgumentParser, metric: str, *, unit: str, e
         type=float,
         default=None,
         metavar="VALUE",
-        help=f"stop once {metric} reaches VALUE ({unit}, e.g. {example}); default: the recipe's",
+        # argparse %-formats help strings: a unit such as "%" must reach it as "%%".
+        help=f"stop once {metric} reaches VALUE ({unit}, e.g. {example}); default: the recipe's".replace(
+            "%", "%%"
+        ),
     )
 
 
