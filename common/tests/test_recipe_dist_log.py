@@ -106,3 +106,33 @@ def test_log_disabled_is_a_no_op(tmp_path):
         log.progress(1, 8)
         log.event("run_start")
     assert stream.getvalue() == "" and not (tmp_path / "m.jsonl").exists()
+
+
+def test_recipe_keys_are_checked_against_the_shipped_recipes(recipes, tmp_path):
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "mine.yaml").write_text("base: ../short.yaml\nepoch: 3\noptimizer:\n  lr: 0.2\n")
+    with pytest.raises(SystemExit, match=r"unknown recipe key 'epoch' .*did you mean 'epochs'"):
+        load_recipe(user / "mine.yaml", known_keys_from=recipes)
+    (user / "mine.yaml").write_text("base: ../short.yaml\noptimizer:\n  lr_per_265: 3\n")
+    with pytest.raises(SystemExit, match=r"'optimizer.lr_per_265'"):
+        load_recipe(user / "mine.yaml", known_keys_from=[recipes / "base.yaml"])
+    (user / "mine.yaml").write_text("base: ../short.yaml\nepochs: 3\n")
+    assert load_recipe(user / "mine.yaml", known_keys_from=recipes)["epochs"] == 3
+    with pytest.raises(SystemExit, match="did you mean 'epochs'"):
+        load_recipe(recipes / "short.yaml", {"epoch": 1})
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "true", "abc"])
+def test_counts_must_be_positive_integers(recipes, value):
+    with pytest.raises(SystemExit, match=r"error: epochs must be a positive integer"):
+        load_recipe(recipes / "short.yaml", {"epochs": value})
+
+
+def test_count_lists_and_non_negative_values(tmp_path):
+    (tmp_path / "r.yaml").write_text("eval:\n  epochs: [1, 5]\nworkers: 0\nwarmup_epochs: 0.5\n")
+    assert load_recipe(tmp_path / "r.yaml")["eval"]["epochs"] == [1, 5]
+    with pytest.raises(SystemExit, match="eval.epochs must be a positive integer"):
+        load_recipe(tmp_path / "r.yaml", {"eval.epochs": "[1, 0]"})
+    with pytest.raises(SystemExit, match="workers must be a number >= 0"):
+        load_recipe(tmp_path / "r.yaml", {"workers": "-1"})

@@ -48,6 +48,8 @@ def add_run_args(
 ) -> argparse.ArgumentParser:
     """Add the shared flags to ``parser``; a value left unset (None) keeps the recipe's."""
     parser.add_argument("--recipe", default=str(default_recipe), help="recipe YAML (configs/*.yaml)")
+    # Keys no recipe beside the default one has are misspellings (zoo.recipe's strict check).
+    parser.set_defaults(recipe_keys_from=str(pathlib.Path(default_recipe).parent))
     parser.add_argument(
         "--set",
         action="append",
@@ -119,7 +121,7 @@ def recipe_from_args(args, flag_to_key: dict | None = None) -> dict:
         value = getattr(args, flag, None)
         if value is not None:
             overrides[key] = value
-    return load_recipe(args.recipe, overrides)
+    return load_recipe(args.recipe, overrides, known_keys_from=getattr(args, "recipe_keys_from", None))
 
 
 def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathlib.Path | None:

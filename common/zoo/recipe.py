@@ -2,24 +2,77 @@
 
 A recipe may extend another: ``base: resnet50_1gpu_90ep.yaml`` (relative to the recipe file) loads
 that one first and merges this one over it, mapping by mapping.
+
+Recipes are strict: given ``known_keys_from`` (a model's ``configs/`` folder), a key that no shipped
+recipe has (``lr_per_265``, ``epoch``) is an error naming the nearest known key, in a file as in a
+``--set`` override; and counts (batch sizes, epochs, steps, accumulation, image size, classes) must be
+positive integers (:data:`POSITIVE_INTEGERS`), checked once here for every model.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import pathlib
 
+# Recipe leaves (by their last name) that count something: a positive integer, or a list of them.
+POSITIVE_INTEGERS = frozenset(
+    {
+        "batch_size",
+        "eval_batch_size",
+        "epochs",
+        "steps",
+        "accumulation",
+        "image_size",
+        "num_classes",
+        "max_seq",
+    }
+)
+NON_NEGATIVE = frozenset({"workers", "warmup_epochs", "warmup_steps"})
 
-def load_recipe(path, overrides: dict | None = None) -> dict:
+
+def load_recipe(path, overrides: dict | None = None, known_keys_from=None) -> dict:
     """Load a YAML recipe (following ``base:``) and apply ``{"optimizer.lr": 0.1}`` overrides.
 
     An override key that names nothing in the recipe raises SystemExit naming it. String values
-    are read as YAML scalars, so ``"0.1"`` from a command line becomes a float.
+    are read as YAML scalars, so ``"0.1"`` from a command line becomes a float. ``known_keys_from``
+    (a folder of recipes, or a list of recipe files) turns on the unknown-key check of the file.
+    Count-like values are range-checked (:data:`POSITIVE_INTEGERS`, :data:`NON_NEGATIVE`).
     """
     recipe = _load_with_bases(pathlib.Path(path), seen=())
+    if known_keys_from is not None:
+        known = known_keys(known_keys_from)
+        for key in sorted(_dotted_keys(recipe) - known):
+            raise SystemExit(f"error: unknown recipe key '{key}' in {path}{_nearest(key, known)}")
     for key, value in (overrides or {}).items():
         _set_dotted(recipe, key, _yaml_scalar(value), path)
+    check_ranges(recipe, path)
     return recipe
+
+
+def known_keys(source) -> set[str]:
+    """Every dotted key of the recipes in ``source`` (a folder of ``*.yaml``, or a list of files)."""
+    source = [source] if isinstance(source, str | pathlib.Path) else list(source)
+    files = []
+    for item in map(pathlib.Path, source):
+        files += sorted(item.glob("*.yaml")) if item.is_dir() else [item]
+    keys = set()
+    for file in files:
+        keys |= _dotted_keys(_load_with_bases(file, seen=()))
+    return keys
+
+
+def check_ranges(recipe: dict, path="recipe") -> None:
+    """SystemExit naming the first count that is not a positive integer (or a negative non-negative)."""
+    for key, value in _leaves(recipe):
+        name = key.rsplit(".", 1)[-1]
+        if name in POSITIVE_INTEGERS and value is not None:
+            values = value if isinstance(value, list) else [value]
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+                raise SystemExit(f"error: {key} must be a positive integer, not {value!r} ({path})")
+        elif name in NON_NEGATIVE and value is not None:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise SystemExit(f"error: {key} must be a number >= 0, not {value!r} ({path})")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -70,7 +123,8 @@ def _set_dotted(recipe: dict, key: str, value, path) -> None:
         if not isinstance(node, dict) or part not in node:
             known = ", ".join(sorted(node)) if isinstance(node, dict) else "none: not a mapping"
             where = ".".join(parts[:i]) or "top level"
-            raise SystemExit(f"unknown recipe key '{key}' in {path} ({where} has: {known})")
+            hint = _nearest(key, _dotted_keys(recipe))
+            raise SystemExit(f"unknown recipe key '{key}' in {path}{hint} ({where} has: {known})")
         if i == len(parts) - 1:
             node[part] = value
         node = node[part]
@@ -85,3 +139,25 @@ def _yaml_scalar(value):
         return yaml.safe_load(value) if value.strip() else value
     except yaml.YAMLError:
         return value
+
+
+def _leaves(recipe: dict, prefix: str = ""):
+    for key, value in recipe.items():
+        if isinstance(value, dict):
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _dotted_keys(recipe: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in recipe.items():
+        keys.add(f"{prefix}{key}")
+        if isinstance(value, dict):
+            keys |= _dotted_keys(value, f"{prefix}{key}.")
+    return keys
+
+
+def _nearest(key: str, known) -> str:
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
