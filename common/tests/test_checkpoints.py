@@ -1,20 +1,57 @@
+import collections
 import hashlib
 import http.server
+import io
+import pickle
+import tarfile
 import threading
+import zipfile
 
 import pytest
-from zoo.checkpoints import CheckpointError, atomic_write, download, fetch, load_registry, sha256_file
+from zoo.checkpoints import (
+    CheckpointError,
+    _format_problem,
+    atomic_write,
+    download,
+    fetch,
+    load_registry,
+    main,
+    sha256_file,
+)
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 DIGEST = hashlib.sha256(PAYLOAD).hexdigest()
+ERROR_PAGE = b"<!DOCTYPE html>\n<html><head><title>403 Forbidden</title></head><body>Sign in</body></html>\n"
+
+
+def _zip_bytes() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("weights.params", PAYLOAD[:1000])
+    return buffer.getvalue()
+
+
+ZIP_PAYLOAD = _zip_bytes()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    """Serves PAYLOAD at /good.bin (with Range), a short body at /truncated.bin, 404 elsewhere."""
+    """Serves PAYLOAD at /good.bin (with Range), a short body at /truncated.bin, an HTML error page
+    with status 200 at /weights.zip and /model.h5 (what a login wall or CDN sends), a real zip at
+    /real.zip, 404 elsewhere. ``hits`` counts the requests per path."""
 
     ranges_seen: list = []
+    hits: collections.Counter = collections.Counter()
 
     def do_GET(self):
+        self.hits[self.path] += 1
+        if self.path in ("/weights.zip", "/model.h5", "/real.zip"):
+            body = ZIP_PAYLOAD if self.path == "/real.zip" else ERROR_PAGE
+            self.send_response(200)
+            self.send_header("Content-Type", "application/zip" if body is ZIP_PAYLOAD else "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path not in ("/good.bin", "/truncated.bin", "/short.bin"):
             self.send_error(404)
             return
@@ -105,7 +142,7 @@ def test_registry_fetch_and_unknown_name(server, tmp_path):
         f"    url: {server}/good.bin\n"
         f"    sha256: {DIGEST[:8]}\n"
         f"    size: {len(PAYLOAD)}\n"
-        "    format: raw\n    framework: none\n    model: Tiny\n"
+        "    format: zip\n    framework: none\n    model: Tiny\n"
     )
     registry = load_registry(registry_file)
     assert registry.names() == ["tiny"]
@@ -121,10 +158,72 @@ def test_registry_rejects_bad_entries(tmp_path):
     with pytest.raises(CheckpointError, match="lacks field"):
         load_registry(bad)
     bad.write_text(
-        "checkpoints:\n  - {name: x, url: u, sha256: zz, size: 1, format: f, framework: f, model: m}\n"
+        "checkpoints:\n  - {name: x, url: u, sha256: zz, size: 1, format: zip, framework: f, model: m}\n"
     )
     with pytest.raises(CheckpointError, match="not 8 to 64 hex"):
         load_registry(bad)
+    bad.write_text(
+        "checkpoints:\n  - {name: x, url: u, sha256: null, size: 1, format: raw, framework: f, model: m}\n"
+    )
+    with pytest.raises(CheckpointError, match="format 'raw' is not one of pytorch, safetensors, zip"):
+        load_registry(bad)
+    bad.write_text(
+        "checkpoints:\n  - {name: x, url: u, sha256: null, size: -5, format: zip, framework: f, model: m}\n"
+    )
+    with pytest.raises(CheckpointError, match="size must be a positive number of bytes or null"):
+        load_registry(bad)
+
+
+ENTRY = (
+    "  - {name: v2, url: 'http://h/resnet50-11ad3fa6.pth', sha256: 11ad3fa6, size: null, format: pytorch,\n"
+)
+PREPROCESSING = (
+    "resize: 232, crop: 224, interpolation: bilinear, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]"
+)
+
+
+def _registry(tmp_path, extra: str):
+    path = tmp_path / "checkpoints.yaml"
+    path.write_text("checkpoints:\n" + ENTRY + f"     framework: pytorch, model: resnet50{extra}}}\n")
+    return path
+
+
+def test_registry_reads_preprocessing_and_accuracy(tmp_path):
+    path = _registry(
+        tmp_path,
+        f", preprocessing: {{{PREPROCESSING}}}, accuracy: {{top1: 80.858, top5: 95.434, dataset: imagenet-1k val}}",
+    )
+    entry = load_registry(path).get("v2")
+    assert (entry.preprocessing.resize, entry.preprocessing.crop) == (232, 224)
+    assert entry.preprocessing.interpolation == "bilinear"
+    assert entry.preprocessing.mean == (0.485, 0.456, 0.406) and entry.preprocessing.std[2] == 0.225
+    assert entry.preprocessing.describe().startswith("resize 232, crop 224, bilinear, mean (0.485, 0.456")
+    assert entry.accuracy.metrics == {"top1": 80.858, "top5": 95.434}
+    assert entry.accuracy.describe() == "top1 80.858 top5 95.434 (imagenet-1k val)"
+    plain = load_registry(_registry(tmp_path, "")).get("v2")
+    assert plain.preprocessing is None and plain.accuracy is None
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (", preprocessing: {resize: 200, crop: 224, interpolation: bilinear, mean: [0, 0, 0], std: [1, 1, 1]}",
+         "resize 200 is smaller than crop 224"),
+        (", preprocessing: {resize: 256, crop: 224, interpolation: lanczos, mean: [0, 0, 0], std: [1, 1, 1]}",
+         "interpolation 'lanczos' is not one of nearest, bilinear, bicubic"),
+        (", preprocessing: {resize: 256, crop: 224, interpolation: bilinear, mean: [123.7, 116.3, 103.5], "
+         "std: [1, 1, 1]}", "mean must be 3 numbers in 0..1"),
+        (", preprocessing: {resize: 256, crop: 224, interpolation: bilinear, mean: [0, 0, 0]}", "lacks field"),
+        (f", preprocessing: {{{PREPROCESSING}, crop_pct: 0.875}}", "unknown field(s) crop_pct"),
+        (", accuracy: {top1: 0.80858, top5: 95.4}", "lacks the dataset"),
+        (", accuracy: {top1: 808.58, dataset: imagenet-1k val}", "top1 must be a number in (0, 100]"),
+        (", accuracy: {acc: 80.8, dataset: imagenet-1k val}", "unknown field(s) acc"),
+    ],
+)  # fmt: skip
+def test_registry_rejects_bad_preprocessing_and_accuracy(tmp_path, extra, message):
+    with pytest.raises(CheckpointError) as error:
+        load_registry(_registry(tmp_path, extra))
+    assert message in str(error.value) and "checkpoint 'v2'" in str(error.value)
 
 
 def test_atomic_write_replaces_on_success_and_leaves_nothing_on_error(tmp_path):
@@ -161,3 +260,105 @@ def test_atomic_write_gives_the_permissions_of_a_plain_write(tmp_path):
         assert mode == stat.S_IMODE(plain.stat().st_mode) == 0o644
     finally:
         os.umask(old)
+
+
+def _digestless_registry(tmp_path, server, file_name: str, file_format: str):
+    path = tmp_path / "checkpoints.yaml"
+    path.write_text(
+        "checkpoints:\n"
+        f"  - {{name: w, url: '{server}/{file_name}', sha256: null, size: null, format: {file_format},"
+        " framework: none, model: Tiny}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("file_name, file_format", [("weights.zip", "zip"), ("model.h5", "hdf5")])
+def test_html_page_for_a_digestless_entry_is_refused_and_not_cached(
+    server, tmp_path, capsys, file_name, file_format
+):
+    registry = _digestless_registry(tmp_path, server, file_name, file_format)
+    cache = tmp_path / "cache"
+    _Handler.hits.clear()
+    for attempt in (1, 2):  # a re-run fetches again: nothing bad was kept to be served from the cache
+        with pytest.raises(SystemExit) as error:
+            main(["--registry", str(registry), "--cache-dir", str(cache), "pull", "w"])
+        message = str(error.value)
+        assert "\n" not in message and message.startswith("error: ")
+        assert (
+            f"not {'a zip archive' if file_format == 'zip' else 'an HDF5 file'} but an HTML page" in message
+        )
+        assert "403 Forbidden" in message and "nothing was written" in message
+        assert [p for p in cache.rglob("*") if p.is_file()] == []
+        assert _Handler.hits[f"/{file_name}"] == attempt
+
+
+def test_digestless_entry_of_the_right_format_is_cached(server, tmp_path, capsys):
+    registry = _digestless_registry(tmp_path, server, "real.zip", "zip")
+    cache = tmp_path / "cache"
+    main(["--registry", str(registry), "--cache-dir", str(cache), "pull", "w"])
+    path = cache / "w" / "real.zip"
+    assert capsys.readouterr().out.strip() == str(path) and path.read_bytes() == ZIP_PAYLOAD
+    # a bad file already in the cache (left by an older version) is removed, then fetched again
+    path.write_bytes(ERROR_PAGE)
+    _Handler.hits.clear()
+    main(["--registry", str(registry), "--cache-dir", str(cache), "pull", "w"])
+    assert path.read_bytes() == ZIP_PAYLOAD and _Handler.hits["/real.zip"] == 1
+
+
+def _tar_bytes(mode: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as archive:
+        info = tarfile.TarInfo("saved_model/saved_model.pb")
+        info.size = 4
+        archive.addfile(info, io.BytesIO(b"\x08\x01\x12\x00"))
+    return buffer.getvalue()
+
+
+SIGNED = {
+    "pytorch": [ZIP_PAYLOAD, pickle.dumps({"epoch": 1}, protocol=2)],
+    "safetensors": [(14).to_bytes(8, "little") + b'{"__metadata__":{}}'[:14] + b"\0" * 16],
+    "zip": [ZIP_PAYLOAD],
+    "hdf5": [b"\x89HDF\r\n\x1a\n" + b"\0" * 100, b"\0" * 512 + b"\x89HDF\r\n\x1a\n" + b"\0" * 100],
+    "tar": [_tar_bytes("w"), _tar_bytes("w:gz")],
+    "savedmodel": [_tar_bytes("w:gz")],
+    "mxnet-params": [(0x112).to_bytes(8, "little") + b"\0" * 64],
+}
+
+
+@pytest.mark.parametrize("file_format", sorted(SIGNED))
+def test_format_signatures(tmp_path, file_format):
+    path = tmp_path / "file"
+    for content in SIGNED[file_format]:
+        path.write_bytes(content)
+        assert _format_problem(path, file_format) is None, content[:16]
+    for content, looks in (
+        (ERROR_PAGE, "an HTML page"),
+        (b"Not Found\n", "text ('Not Found')"),
+        (b"", "empty"),
+    ):
+        path.write_bytes(content)
+        assert looks in _format_problem(path, file_format)
+    other = SIGNED["mxnet-params" if file_format != "mxnet-params" else "hdf5"][0]
+    path.write_bytes(other)
+    assert "bytes" in _format_problem(path, file_format)
+
+
+def test_cli_lists_and_rejects_the_old_spellings(tmp_path, capsys):
+    path = _registry(
+        tmp_path,
+        f", preprocessing: {{{PREPROCESSING}}}, accuracy: {{top1: 80.858, top5: 95.434, dataset: imagenet-1k val}}",
+    )
+    main(["--registry", str(path), "list"])
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["NAME", "FORMAT", "SIZE", "ACCURACY", "DESCRIPTION"]
+    assert row.split()[:7] == ["v2", "pytorch", "-", "top1", "80.858", "top5", "95.434"]
+    prog = ["--prog", "scripts/download_checkpoint.sh"]
+    for argv, expected in (
+        (["--list"], "error: --list is gone: use 'scripts/download_checkpoint.sh list'"),
+        (["v2"], "error: 'v2' is not a command: use 'scripts/download_checkpoint.sh pull v2'"),
+        (["pull"], "error: pull needs a checkpoint name"),
+        (["pull", "v3"], "error: unknown checkpoint 'v3' (known: v2)"),
+    ):
+        with pytest.raises(SystemExit) as error:
+            main(["--registry", str(path), *prog, *argv])
+        assert str(error.value).startswith(expected), error.value
