@@ -10,6 +10,11 @@
 
 Every JSON line is an object with ``time`` (Unix seconds); metrics lines have ``step``, ``phase``,
 ``metrics``, ``units``; event lines have ``key``, ``value``, ``metadata`` as in the ``:::MLLOG`` line.
+
+Superseded: ``MetricsLogger.event``, ``MetricsLogger(mlperf_benchmark=...)`` and ``MLPERF`` print
+their own ``:::MLLOG`` lines, which the compliance checker does not accept as a run. New code logs
+MLPerf events with ``zoo.mlperf.MLPerfLogger`` (through ``mlperf_logging.mllog``, checked by
+``zoo.mlperf.check_log``); these stay until every model has moved to it.
 """
 
 from __future__ import annotations
@@ -57,7 +62,10 @@ MLPERF = _mlperf_constants()
 
 
 class MetricsLogger:
-    """One logger per run. On non-primary ranks pass ``enabled=False``: every method is then a no-op."""
+    """One logger per run. On non-primary ranks pass ``enabled=False``: every method is then a no-op.
+
+    ``mlperf_benchmark`` (superseded by ``zoo.mlperf.MLPerfLogger``) logs a submission_benchmark event.
+    """
 
     def __init__(
         self,
@@ -131,7 +139,9 @@ class MetricsLogger:
             self._print_line(line)
 
     def event(self, key: str, value=None, metadata: dict | None = None) -> None:
-        """Print a ':::MLLOG {...}' line and append the same event as a JSON line."""
+        """Print a ':::MLLOG {...}' line and append the same event as a JSON line.
+
+        Superseded by ``zoo.mlperf.MLPerfLogger`` (see the module docstring)."""
         if not self.enabled:
             return
         caller = sys._getframe(1)

@@ -7,6 +7,7 @@ python -m resnet50.evaluate --pretrained torchvision-imagenet1k-v1 --data-dir /d
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import pathlib
@@ -15,7 +16,7 @@ import time
 import torch
 from zoo.checkpoints import CheckpointError
 
-from resnet50.checkpoints import load_weights, resolve_weights
+from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
 from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
 from resnet50.model import resnet50
 from resnet50.train import evaluate
@@ -45,14 +46,17 @@ def run(args) -> dict:
         raise CheckpointError("give --checkpoint PATH or --pretrained NAME")
     model = resnet50(num_classes=args.num_classes)
     load_weights(model, weights, trusted=args.pretrained is None)
+    # a registry checkpoint is scored as it was published (e.g. torchvision's V2 at resize 232)
+    preprocessing = eval_preprocessing(args.pretrained, args.image_size)
+    print(f"preprocessing: {preprocessing.describe()}")
     device = torch.device(args.device)
     model.to(device)
     if args.channels_last:
         model.to(memory_format=torch.channels_last)
     cfg = DataConfig(
         data_dir=args.data_dir, backend=args.data_backend, batch_size=args.batch_size,
-        image_size=args.image_size, workers=args.workers, num_classes=args.num_classes,
-        device=str(device), channels_last=args.channels_last,
+        image_size=preprocessing.crop, workers=args.workers, num_classes=args.num_classes,
+        device=str(device), channels_last=args.channels_last, val_preprocessing=preprocessing,
     )  # fmt: skip
     classes = None
     if cfg.backend != "synthetic":
@@ -61,7 +65,8 @@ def run(args) -> dict:
     start = time.perf_counter()
     metrics = evaluate(model, loader, device, args.amp, args.limit_batches)
     seconds = time.perf_counter() - start
-    return {"checkpoint": str(weights), **metrics, "seconds": round(seconds, 2)}
+    used = dataclasses.asdict(preprocessing)
+    return {"checkpoint": str(weights), "preprocessing": used, **metrics, "seconds": round(seconds, 2)}
 
 
 def main(argv=None) -> None:
