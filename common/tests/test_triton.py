@@ -1,15 +1,20 @@
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 from zoo.triton import (
+    ONNX_PYTHON_MODEL,
     TensorSpec,
     TritonServer,
     config_to_pbtxt,
     infer,
     model_config,
     parse_pbtxt,
+    signal_when_serving,
     write_model,
 )
 
@@ -122,3 +127,329 @@ def test_tritonserver_reports_a_model_that_fails_to_load(tmp_path):
     write_model(repo, _add_one_config("broken"), {"model.py": b"raise ImportError('model needs zzz')\n"})
     with pytest.raises(RuntimeError, match="model 'broken' version 1: UNAVAILABLE.*model needs zzz"):
         TritonServer(repo).start()
+
+
+def test_start_failure_names_the_cause_on_the_first_line(tmp_path):
+    repo = tmp_path / "repo"
+    config = _embed_config("no_onnx")
+    write_model(repo, config, {"model.py": ONNX_PYTHON_MODEL})
+    with pytest.raises(RuntimeError) as failure:
+        TritonServer(repo).start()
+    first = str(failure.value).splitlines()[0]
+    assert "model 'no_onnx' version 1: UNAVAILABLE" in first and "model.onnx not found" in first
+    cli = subprocess.run(
+        [sys.executable, "-m", "zoo.triton", "serve", "--model-repository", str(repo)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode == 1
+    assert (
+        cli.stderr.strip().startswith("error: tritonserver exited") and "model.onnx not found" in cli.stderr
+    )
+    assert len(cli.stderr.strip().splitlines()) == 1
+
+
+# The shared python-backend model (zoo/triton_onnx_model.py) over a tiny ONNX graph:
+# embedded = table[ids] (a gather, like BERT's embeddings), shifted = x + 1.
+TABLE = np.arange(20, dtype=np.float32).reshape(10, 2)
+
+
+def _embed_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["embedded"], axis=0),
+            helper.make_node("Add", ["x", "one"], ["shifted"]),
+        ],
+        "embed",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 3]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2]),
+        ],
+        [
+            helper.make_tensor_value_info("embedded", TensorProto.FLOAT, ["batch", 3, 2]),
+            helper.make_tensor_value_info("shifted", TensorProto.FLOAT, ["batch", 2]),
+        ],
+        [
+            onnx.numpy_helper.from_array(TABLE, "table"),
+            onnx.numpy_helper.from_array(np.ones(1, np.float32), "one"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def _embed_config(name, parameters=None, queue_delay_us=100, preferred_batch=4):
+    return model_config(
+        name,
+        backend="python",
+        max_batch_size=8,
+        inputs=[TensorSpec("ids", "INT64", [3]), TensorSpec("x", "FP32", [2])],
+        outputs=[TensorSpec("embedded", "FP32", [3, 2]), TensorSpec("shifted", "FP32", [2])],
+        instance_kind="KIND_CPU",
+        dynamic_batching={
+            "preferred_batch_size": [preferred_batch],
+            "max_queue_delay_microseconds": queue_delay_us,
+        },
+        parameters=parameters,
+    )
+
+
+def _request(ids, seed):
+    ids = np.asarray(ids, dtype=np.int64)
+    x = np.random.default_rng(seed).standard_normal((len(ids), 2)).astype(np.float32)
+    return {"ids": ids, "x": x}
+
+
+GOOD_AND_BAD = [
+    _request([[1, 2, 3]], 0),
+    _request([[0, 9, 9], [4, 5, 6]], 1),
+    _request([[1, 999999, 2]], 2),  # out of the table
+    _request([[7, 8, 0], [1, 1, 1], [2, 3, 4]], 3),
+]
+
+
+def _onnxruntime_outputs(onnx_path, request):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    return dict(zip(["embedded", "shifted"], session.run(["embedded", "shifted"], request), strict=True))
+
+
+def _execution_count(url, model, at_least):
+    """The model's execution count once it reaches ``at_least`` (the server counts after responding)."""
+    import time
+
+    import tritonclient.http as http
+
+    client = http.InferenceServerClient(url)
+    try:
+        deadline = time.monotonic() + 5
+        while True:
+            count = int(client.get_inference_statistics(model)["model_stats"][0]["execution_count"])
+            if count >= at_least or time.monotonic() > deadline:
+                return count
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "model, reason",
+    [("embed_checked", "'ids' holds 999999, above its maximum 9"), ("embed_unchecked", "out of data bounds")],
+)
+def test_a_bad_request_fails_alone_in_its_batch_over_http_and_grpc(tmp_path, model, reason):
+    from concurrent.futures import ThreadPoolExecutor
+
+    onnx_path = _embed_onnx(tmp_path / "embed.onnx")
+    parameters = {"min_value:ids": 0, "max_value:ids": 9} if model == "embed_checked" else None
+    # A long queue delay and their total batch as the preferred one: the 4 requests run as one batch.
+    total = sum(len(r["ids"]) for r in GOOD_AND_BAD)
+    config = _embed_config(model, parameters, queue_delay_us=3_000_000, preferred_batch=total)
+    write_model(tmp_path / "repo", config, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path})
+    expected = [_onnxruntime_outputs(onnx_path, r) if i != 2 else None for i, r in enumerate(GOOD_AND_BAD)]
+
+    def send(url, protocol, request):
+        try:
+            return infer(url, model, request, ["embedded", "shifted"], protocol=protocol)
+        except RuntimeError as e:
+            return str(e)
+
+    with TritonServer(tmp_path / "repo") as server, ThreadPoolExecutor(len(GOOD_AND_BAD)) as pool:
+        for round_, (protocol, url) in enumerate([("http", server.http_url), ("grpc", server.grpc_url)], 1):
+            results = list(pool.map(lambda r, u=url, p=protocol: send(u, p, r), GOOD_AND_BAD))
+            assert _execution_count(server.http_url, model, at_least=round_) == round_, "not one batch"
+            assert isinstance(results[2], str) and reason in results[2], (protocol, results[2])
+            for index in (0, 1, 3):
+                assert not isinstance(results[index], str), (protocol, results[index])
+                for name in ("embedded", "shifted"):
+                    np.testing.assert_array_equal(results[index][name], expected[index][name])
+
+
+class _FakeTensor:
+    def __init__(self, name, array):
+        self._name, self._array = name, np.asarray(array)
+
+    def name(self):
+        return self._name
+
+    def as_numpy(self):
+        return self._array
+
+
+class _FakeResponse:
+    def __init__(self, output_tensors, error=None):
+        self.outputs = {t.name(): t.as_numpy() for t in output_tensors}
+        self.error = error
+
+
+class _FakeError:
+    def __init__(self, message):
+        self.text = message
+
+
+@pytest.fixture
+def shared_model(monkeypatch):
+    """zoo/triton_onnx_model.py loaded outside Triton, with stand-ins for triton_python_backend_utils."""
+    import importlib.util
+    import types
+
+    fake = types.ModuleType("triton_python_backend_utils")
+    fake.Tensor, fake.InferenceResponse, fake.TritonError = _FakeTensor, _FakeResponse, _FakeError
+    fake.get_input_tensor_by_name = lambda request, name: next((t for t in request if t.name() == name), None)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fake)
+    spec = importlib.util.spec_from_file_location("shared_onnx_model", ONNX_PYTHON_MODEL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _initialized(module, tmp_path, config, files=None):
+    import json
+
+    from google.protobuf import json_format
+
+    model_dir = write_model(
+        tmp_path / "repo", config, files or {"model.onnx": _embed_onnx(tmp_path / "e.onnx")}
+    )
+    model = module.TritonPythonModel()
+    as_json = json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))
+    model.initialize({"model_config": as_json, "model_repository": str(model_dir), "model_version": "1"})
+    return model
+
+
+def _as_request(arrays):
+    return [_FakeTensor(name, array) for name, array in arrays.items()]
+
+
+def test_shared_model_checks_each_request_on_its_own(shared_model, tmp_path):
+    model = _initialized(shared_model, tmp_path, _embed_config("m", {"min_value:ids": 0, "max_value:ids": 9}))
+    good = _request([[1, 2, 3], [4, 5, 6]], 0)
+    bad_requests = {
+        "'ids' must be TYPE_INT64, got int32": {**good, "ids": good["ids"].astype(np.int32)},
+        "'x' has shape [2, 3], the model takes [any, 2]": {**good, "x": np.zeros((2, 3), np.float32)},
+        "'ids' has batch 9, the model takes 1..8": _request(np.zeros((9, 3)), 1),
+        "inputs have different batch sizes [1, 2]": {**good, "x": good["x"][:1]},
+        "input 'x' is missing": {"ids": good["ids"]},
+        "'ids' holds -1, below its minimum 0": _request([[1, -1, 2]], 2),
+    }
+    responses = model.execute([_as_request(good)] + [_as_request(r) for r in bad_requests.values()])
+    expected = _onnxruntime_outputs(tmp_path / "e.onnx", good)
+    assert responses[0].error is None
+    for name in ("embedded", "shifted"):
+        np.testing.assert_array_equal(responses[0].outputs[name], expected[name])
+    for response, reason in zip(responses[1:], bad_requests, strict=True):
+        assert response.error is not None and response.error.text == f"model 'm': {reason}"
+
+
+def test_shared_model_batches_then_falls_back_to_one_request_at_a_time(shared_model, tmp_path):
+    model = _initialized(shared_model, tmp_path, _embed_config("m"))
+    calls = []
+    run = model.session.run
+    model.session.run = lambda names, feed: calls.append(len(feed["ids"])) or run(names, feed)
+    good = [_request([[1, 2, 3]], 0), _request([[4, 5, 6], [7, 8, 9]], 1)]
+    responses = model.execute([_as_request(r) for r in good])
+    assert calls == [3] and all(r.error is None for r in responses)
+    calls.clear()
+    responses = model.execute(
+        [_as_request(good[0]), _as_request(_request([[10, 0, 0]], 2)), _as_request(good[1])]
+    )
+    assert calls == [4, 1, 1, 2]  # the batch, then each request alone
+    assert responses[1].error is not None and "out of data bounds" in responses[1].error.text
+    for response, request in zip([responses[0], responses[2]], good, strict=True):
+        np.testing.assert_array_equal(
+            response.outputs["embedded"], _onnxruntime_outputs(tmp_path / "e.onnx", request)["embedded"]
+        )
+
+
+def test_shared_model_postprocess_file_maps_outputs(shared_model, tmp_path):
+    hook = b"def postprocess(outputs, parameters):\n    return {'total': outputs['embedded'].sum(axis=(1, 2)) * float(parameters['scale'])}\n"
+    config = model_config(
+        "p", backend="python", max_batch_size=4, instance_kind="KIND_CPU",
+        inputs=[TensorSpec("ids", "INT64", [3]), TensorSpec("x", "FP32", [2])],
+        outputs=[TensorSpec("total", "FP64", [1])],
+        parameters={"postprocess": "sum.py", "scale": 2},
+    )  # fmt: skip
+    files = {"model.onnx": _embed_onnx(tmp_path / "e.onnx"), "sum.py": hook}
+    model = _initialized(shared_model, tmp_path, config, files)
+    (response,) = model.execute([_as_request(_request([[1, 2, 3], [0, 0, 0]], 0))])
+    assert "'total' has shape [2], the model takes [any, 1]" in response.error.text
+    hook = hook.replace(b"* float", b"[:, None] * float")
+    model = _initialized(shared_model, tmp_path, config, {**files, "sum.py": hook})
+    (response,) = model.execute([_as_request(_request([[1, 2, 3], [0, 0, 0]], 0))])
+    assert response.error is None and response.outputs["total"].dtype == np.float64
+    np.testing.assert_array_equal(
+        response.outputs["total"], [[2 * TABLE[[1, 2, 3]].sum()], [2 * TABLE[0].sum() * 3]]
+    )
+
+
+@pytest.mark.parametrize(
+    "inputs, reason",
+    [
+        ([TensorSpec("ids", "INT64", [3])], r"config inputs \['ids'\] are not the ONNX inputs \['ids', 'x'\]"),
+        ([TensorSpec("ids", "INT32", [3]), TensorSpec("x", "FP32", [2])], "'ids' is TYPE_INT32 in the config, tensor"),
+    ],
+)  # fmt: skip
+def test_shared_model_refuses_to_load_a_config_that_does_not_fit_the_onnx_file(
+    shared_model, tmp_path, inputs, reason
+):
+    config = model_config(
+        "m", backend="python", max_batch_size=4, inputs=inputs,
+        outputs=[TensorSpec("embedded", "FP32", [3, 2])], instance_kind="KIND_CPU",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=reason):
+        _initialized(shared_model, tmp_path, config)
+
+
+SLOW_TO_LOAD = b"""
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(120)
+
+    def execute(self, requests):
+        return []
+"""
+
+
+@pytest.mark.parametrize(
+    "sig, while_", [(signal.SIGTERM, "serving"), (signal.SIGINT, "serving"), (signal.SIGTERM, "loading"),
+                    (signal.SIGINT, "loading")],
+)  # fmt: skip
+def test_serve_stops_tritonserver_and_its_stubs_on_a_signal(tmp_path, sig, while_):
+    repo = tmp_path / "repo"
+    if while_ == "serving":
+        write_model(repo, _add_one_config(), {"model.py": ADD_ONE})
+    else:
+        write_model(repo, _add_one_config("slow"), {"model.py": SLOW_TO_LOAD})
+    run = signal_when_serving(
+        [sys.executable, "-m", "zoo.triton", "serve", "--model-repository", str(repo)],
+        sig,
+        ready_text="Ctrl-C to stop" if while_ == "serving" else None,
+        timeout=120,
+    )
+    assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
+    assert run.left_running == [], run.output
+    assert run.returncode == 0, run.output
+    assert ("Ctrl-C to stop" in run.output) == (while_ == "serving")
+
+
+def test_server_turns_sigterm_into_system_exit_while_it_runs(tmp_path):
+    repo = tmp_path / "repo"
+    write_model(repo, _add_one_config(), {"model.py": ADD_ONE})
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped, TritonServer(repo) as server:
+        process = server.process
+        assert signal.getsignal(signal.SIGTERM) is not before
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert process.poll() is not None and signal.getsignal(signal.SIGTERM) is before

@@ -8,6 +8,15 @@
     with TritonServer("model_repository") as server:
         logits = infer(server.http_url, "resnet50_onnx", {"input": batch}, ["logits"])["logits"]
 
+A model with only an ONNX file is served by the python backend through one shared model file:
+
+    write_model(repo, config, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": "resnet50.onnx"})
+
+(``config`` with ``backend="python"``; see zoo/triton_onnx_model.py for the parameters it reads.)
+
+A started server never outlives its process's orderly exit: it is stopped at the end of the block,
+on an error, on Ctrl-C, and on SIGTERM/SIGHUP (which raise SystemExit while a server runs).
+
 Command line (used by the models' deploy_triton.sh):
 
     python -m zoo.triton serve --model-repository R [--http-port 8000 --grpc-port 8001]
@@ -17,6 +26,7 @@ Command line (used by the models' deploy_triton.sh):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import pathlib
@@ -32,6 +42,9 @@ import urllib.request
 from dataclasses import dataclass
 
 from zoo.checkpoints import atomic_write
+
+ONNX_PYTHON_MODEL = pathlib.Path(__file__).with_name("triton_onnx_model.py")
+"""The python-backend model.py that serves an ONNX file with onnxruntime (contract in config.pbtxt)."""
 
 
 @dataclass
@@ -160,6 +173,7 @@ class TritonServer:
         self._workdir = None
         self.log_path = pathlib.Path(log_path) if log_path else None
         self.process = None
+        self._signal_guard = contextlib.ExitStack()
 
     @property
     def http_url(self) -> str:
@@ -174,9 +188,24 @@ class TritonServer:
         return f"{_client_host(self.host)}:{self.metrics_port}"
 
     def start(self):
-        """Launch tritonserver and wait until it and every model in the repository are ready."""
+        """Launch tritonserver and wait until it and every model in the repository are ready.
+
+        Whatever ends the wait (a model that fails to load, the timeout, Ctrl-C, SIGTERM) stops the
+        server first. A failed start raises RuntimeError whose first line is the cause: the failing
+        models' reasons (or the server's last error) and the log's path.
+        """
         if not self.model_repository.is_dir():
             raise FileNotFoundError(f"model repository not found: {self.model_repository}")
+        self._signal_guard.enter_context(exit_on_termination_signals())
+        try:
+            self._launch()
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _launch(self) -> None:
         self._workdir = pathlib.Path(tempfile.mkdtemp(prefix="zoo-triton-"))
         self.log_path = self.log_path or self._workdir / "tritonserver.log"
         binary, backends, env = self._prepare_server()
@@ -199,21 +228,24 @@ class TritonServer:
             self.process = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._workdir, start_new_session=True
             )
-        self._wait_ready()
-        return self
 
     def stop(self):
-        """Stop the server (SIGTERM, then SIGKILL after 20 s) and its python-backend stubs."""
-        if self.process is not None and self.process.poll() is None:
-            _signal_group(self.process, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                _signal_group(self.process, signal.SIGKILL)
-                self.process.wait()
-        if self.process is not None:
-            _signal_group(self.process, signal.SIGKILL)  # stubs left behind by a crashed server
-        self.process = None
+        """Stop the server (SIGTERM, then SIGKILL after 20 s) and its python-backend stubs; idempotent."""
+        process, self.process = self.process, None
+        try:
+            if process is not None and process.poll() is None:
+                _signal_group(process, signal.SIGTERM)
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            if process is not None:
+                # The server's process group holds its python stubs: kill what a hung or crashed
+                # server (or a second Ctrl-C during the wait above) left behind.
+                _signal_group(process, signal.SIGKILL)
+                process.wait()
+            self._signal_guard.close()
         if self._workdir is not None:
             if self.log_path.parent != self._workdir:
                 shutil.rmtree(self._workdir, ignore_errors=True)
@@ -288,7 +320,8 @@ class TritonServer:
             time.sleep(0.25)
         self.stop()
         raise RuntimeError(
-            f"tritonserver not ready after {self.startup_timeout} s (log: {self.log_path}):\n{self.log_tail()}"
+            f"tritonserver not ready after {self.startup_timeout} s: {self._startup_problem()}"
+            f" (log: {self.log_path})\n{self.log_tail()}"
         )
 
 
@@ -393,6 +426,131 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
+TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def exit_on_termination_signals():
+    """While active, SIGTERM and SIGHUP raise SystemExit(128 + signal) instead of killing the process.
+
+    Python's default for them ends the process without running ``finally`` blocks, which would
+    leave a tritonserver (started in a session of its own) running. Only signals still at their
+    default are taken over, and only in the main thread (elsewhere this does nothing); the previous
+    handlers come back at the end.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in TERMINATION_SIGNALS:
+        if signal.getsignal(sig) is signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, _raise_system_exit)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _raise_system_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+@dataclass
+class TritonProcess:
+    pid: int
+    parent: int
+    session: int
+    name: str  # "tritonserver" or "triton_python_backend_stub"
+
+
+def triton_processes(descending_from: int | None = None) -> list[TritonProcess]:
+    """Live tritonserver and python-stub processes from a /proc scan (zombies left out).
+
+    With ``descending_from``, only the children, grandchildren... of that pid. A server stopped
+    properly leaves none; a test records ``session`` of a deploy's servers while it serves and
+    checks that no process of those sessions survives it.
+    """
+    names = ("tritonserver", "triton_python_backend_stub")
+    table = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:  # exited during the scan
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session ...
+        if fields[0] in ("Z", "X"):
+            continue
+        table[int(entry.name)] = (int(fields[1]), int(fields[3]), pathlib.Path(argv0).name)
+    found = []
+    for pid, (parent, session, name) in table.items():
+        if name not in names:
+            continue
+        ancestor = parent
+        while descending_from is not None and ancestor not in (descending_from, 0, 1) and ancestor in table:
+            ancestor = table[ancestor][0]
+        if descending_from is None or ancestor == descending_from:
+            found.append(TritonProcess(pid, parent, session, name))
+    return found
+
+
+@dataclass
+class SignalledRun:
+    returncode: int
+    output: str
+    served_by: list  # the TritonProcess entries seen under the command when it was signalled
+    left_running: list  # those, or others of their sessions, still alive after the command ended
+
+
+def signal_when_serving(command, sig, *, ready_text=None, env=None, cwd=None, timeout=300) -> SignalledRun:
+    """Run ``command``, send it ``sig`` while it serves, and report what of its servers outlived it.
+
+    The signal goes once the command has printed ``ready_text`` (when given) and a tritonserver with
+    a python stub runs under it; with ``ready_text=None`` it arrives while models still load. For
+    tests of the deploy scripts: ``left_running`` must be empty.
+    """
+    with tempfile.TemporaryFile("w+") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        try:
+            deadline = time.monotonic() + timeout
+            served_by = []
+            while not (
+                any(p.name == "triton_python_backend_stub" for p in served_by)
+                and (ready_text is None or ready_text in _read_all(output))
+            ):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{command[:3]} ended or timed out before serving:\n{_read_all(output)[-3000:]}"
+                    )
+                time.sleep(0.1)
+                served_by = triton_processes(descending_from=process.pid)
+            process.send_signal(sig)
+            process.wait(timeout=timeout)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        sessions = {p.session for p in served_by}
+        pids = {p.pid for p in served_by}
+        deadline = time.monotonic() + 5  # a killed stub may take a moment to be reaped
+        while (left := [p for p in triton_processes() if p.session in sessions or p.pid in pids]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
+        return SignalledRun(process.returncode, _read_all(output), served_by, left)
+
+
+def _read_all(file) -> str:
+    file.flush()
+    file.seek(0)
+    return file.read()
+
+
 def validate_repository(repo) -> list[pathlib.Path]:
     """Parse every config.pbtxt under ``repo``; ValueError naming the first bad file."""
     configs = sorted(pathlib.Path(repo).rglob("config.pbtxt"))
@@ -442,21 +600,22 @@ def main(argv=None) -> None:
         log_path=args.log_path,
         startup_timeout=args.startup_timeout,
     )
+    # SIGTERM is the ordinary way to stop a server: exit 0 after stopping it, as after Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background
     try:
         server.start()
-    except (RuntimeError, FileNotFoundError) as e:
-        raise SystemExit(str(e)) from None
-    print(
-        f"serving {args.model_repository}: HTTP {server.http_url}  gRPC {server.grpc_url}  log {server.log_path}"
-    )
-    print("Ctrl-C to stop", flush=True)
-    try:
+        print(
+            f"serving {args.model_repository}: HTTP {server.http_url}  gRPC {server.grpc_url}"
+            f"  log {server.log_path}"
+        )
+        print("Ctrl-C to stop", flush=True)
         code = server.process.wait()
-        raise SystemExit(f"tritonserver exited with code {code}:\n{server.log_tail()}")
+        raise SystemExit(f"error: tritonserver exited with code {code} (log: {server.log_path})")
     except KeyboardInterrupt:
         pass
+    except (RuntimeError, FileNotFoundError) as e:
+        raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
     finally:
         server.stop()
 
