@@ -1,4 +1,4 @@
-"""Metrics logging: JSON lines to a file, a readable console line, a progress bar, MLPerf-style events.
+"""Metrics logging: JSON lines to a file, TensorBoard scalars, a readable console line, a progress bar.
 
     with MetricsLogger("results/metrics.jsonl", total_steps=len(loader), desc="epoch 1",
                        enabled=is_primary()) as logger:
@@ -10,6 +10,13 @@
 
 Every JSON line is an object with ``time`` (Unix seconds); metrics lines have ``step``, ``phase``,
 ``metrics``, ``units``; event lines have ``key``, ``value``, ``metadata`` as in the ``:::MLLOG`` line.
+
+TensorBoard: every ``log()`` also writes each metric as a scalar tagged ``<phase>/<name>`` (e.g.
+``train/loss``, ``val/top1``) at ``step`` into ``tensorboard/`` beside the metrics file
+(``results/tensorboard/events.out.tfevents.*``), the same for PyTorch, TensorFlow and MXNet runs:
+``tensorboard --logdir results/tensorboard``. It uses the ``tensorboard`` package's event-file writer
+(as ``torch.utils.tensorboard`` does); where that package is missing, one notice is printed and no
+event files are written. ``tensorboard=False`` turns it off; a logger without ``path`` writes none.
 
 Superseded: ``MetricsLogger.event``, ``MetricsLogger(mlperf_benchmark=...)`` and ``MLPERF`` print
 their own ``:::MLLOG`` lines, which the compliance checker does not accept as a run. New code logs
@@ -24,6 +31,9 @@ import os
 import sys
 import time
 import types
+
+_TENSORBOARD_DIR = "tensorboard"
+_tensorboard_notice_printed = False  # the missing-package notice is printed once per process
 
 _MLPERF_KEYS = (
     "submission_benchmark",
@@ -76,6 +86,7 @@ class MetricsLogger:
         desc: str = "",
         stream=None,
         mlperf_benchmark: str | None = None,
+        tensorboard: bool = True,
     ):
         self.enabled = enabled
         self.total_steps = total_steps
@@ -83,6 +94,8 @@ class MetricsLogger:
         # Resolved per logger, not at import: a replaced sys.stderr (pytest, notebooks) is honoured.
         self.stream = stream = sys.stderr if stream is None else stream
         self._file = None
+        self._tensorboard_dir = None
+        self._tensorboard = None  # the event-file writer, opened at the first log()
         self._bar_open = False  # a progress line without its newline is on the stream
         self._last_step = None
         self._last_time = time.monotonic()
@@ -93,19 +106,22 @@ class MetricsLogger:
         if path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._file = open(path, "a", buffering=1)
+            if tensorboard:
+                self._tensorboard_dir = os.path.join(os.path.dirname(os.path.abspath(path)), _TENSORBOARD_DIR)
         self._tty = hasattr(stream, "isatty") and stream.isatty()
         if mlperf_benchmark:
             self.event(MLPERF.SUBMISSION_BENCHMARK, mlperf_benchmark)
 
     def log(self, step: int, metrics: dict, *, units: dict | None = None, phase: str = "train") -> None:
-        """Append {"time","step","phase","metrics","units"} as one JSON line; print one readable line."""
+        """Append {"time","step","phase","metrics","units"} as one JSON line; print one readable line;
+        write each metric as the TensorBoard scalar ``<phase>/<name>`` at ``step``."""
         if not self.enabled:
             return
         metrics = {k: _number(v) for k, v in metrics.items()}
         units = dict(units or {})
-        self._write_json(
-            {"time": time.time(), "step": step, "phase": phase, "metrics": metrics, "units": units}
-        )
+        now = time.time()
+        self._write_json({"time": now, "step": step, "phase": phase, "metrics": metrics, "units": units})
+        self._write_scalars(now, step, phase, metrics)
         of = f"/{self.total_steps}" if self.total_steps and phase == "train" else ""
         values = "  ".join(f"{k} {_fmt(v)}{units.get(k, '')}" for k, v in metrics.items())
         self._print_line(f"[{phase}] step {step}{of}  {values}")
@@ -164,6 +180,9 @@ class MetricsLogger:
         self._write_json({"time": now, **record})
 
     def close(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
         if self._bar_open:
             self.stream.write("\n")
             self._bar_open = False
@@ -202,6 +221,50 @@ class MetricsLogger:
     def _write_json(self, record: dict) -> None:
         if self._file is not None:
             self._file.write(json.dumps(record, default=_jsonable) + "\n")
+
+    def _write_scalars(self, wall_time: float, step: int, phase: str, metrics: dict) -> None:
+        if self._tensorboard is None and self._tensorboard_dir is not None:
+            self._tensorboard = _open_tensorboard(self._tensorboard_dir, self._print_line)
+            self._tensorboard_dir = None  # opened (or found missing) once
+        if self._tensorboard is None:
+            return
+        self._tensorboard.write(
+            wall_time, step, {f"{phase}/{name}": value for name, value in metrics.items()}
+        )
+
+
+class _ScalarEventWriter:
+    """Scalars as TensorBoard summary events through tensorboard's EventFileWriter and protos."""
+
+    def __init__(self, logdir: str, writer_class, event_pb2, summary_pb2):
+        self._event_pb2, self._summary_pb2 = event_pb2, summary_pb2
+        self._writer = writer_class(logdir)
+
+    def write(self, wall_time: float, step: int, scalars: dict) -> None:
+        summary = self._summary_pb2.Summary(
+            value=[
+                self._summary_pb2.Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()
+            ]
+        )
+        self._writer.add_event(self._event_pb2.Event(wall_time=wall_time, step=step, summary=summary))
+        self._writer.flush()  # log() runs every N steps: a crash loses no curve
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def _open_tensorboard(logdir: str, print_line) -> _ScalarEventWriter | None:
+    """A scalar writer into ``logdir``; None, with one notice per process, where tensorboard is missing."""
+    global _tensorboard_notice_printed
+    try:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError as error:
+        if not _tensorboard_notice_printed:
+            _tensorboard_notice_printed = True
+            print_line(f"note: no TensorBoard scalars ({error}); pip install tensorboard to get them")
+        return None
+    return _ScalarEventWriter(logdir, EventFileWriter, event_pb2, summary_pb2)
 
 
 def _ema(previous, value, alpha=0.1):

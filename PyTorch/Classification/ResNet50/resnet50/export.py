@@ -22,7 +22,7 @@ import torch
 from zoo.checkpoints import CheckpointError
 from zoo.triton import TensorSpec, model_config, write_model
 
-from resnet50.checkpoints import load_weights, resolve_weights
+from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
 from resnet50.data import one_line
 from resnet50.model import resnet50
 
@@ -94,7 +94,9 @@ def export_onnx(model: torch.nn.Module, path, image_size: int, opset: int = 17) 
     return pathlib.Path(path)
 
 
-def triton_config(name, kind, *, image_size, num_classes, max_batch_size, instance_kind, instance_count):
+def triton_config(
+    name, kind, *, image_size, num_classes, max_batch_size, instance_kind, instance_count, preprocessing=None
+):
     inputs = [TensorSpec(INPUT_NAME, "FP32", [3, image_size, image_size])]
     outputs = [TensorSpec(OUTPUT_NAME, "FP32", [num_classes])]
     preferred = [b for b in (4, 8, 16, 32, 64, 128) if b <= max_batch_size] or [max_batch_size]
@@ -110,7 +112,19 @@ def triton_config(name, kind, *, image_size, num_classes, max_batch_size, instan
         instance_kind="KIND_CPU" if kind == "python" else instance_kind,
         instance_count=instance_count,
         dynamic_batching=batching,
+        parameters=preprocessing_parameters(preprocessing) if preprocessing else None,
     )
+
+
+def preprocessing_parameters(preprocessing) -> dict[str, str]:
+    """The client-side preprocessing the model expects, as config.pbtxt parameters (strings)."""
+    return {
+        "preprocessing_resize": str(preprocessing.resize),
+        "preprocessing_crop": str(preprocessing.crop),
+        "preprocessing_interpolation": preprocessing.interpolation,
+        "preprocessing_mean": ",".join(f"{x:g}" for x in preprocessing.mean),
+        "preprocessing_std": ",".join(f"{x:g}" for x in preprocessing.std),
+    }
 
 
 def export_repository(
@@ -122,8 +136,15 @@ def export_repository(
     max_batch_size: int = 64,
     instance_kind: str = "KIND_GPU",
     instance_count: int = 1,
+    preprocessing=None,
 ) -> dict[str, pathlib.Path]:
-    """Write the chosen models into ``repository``; returns {model name: its folder}."""
+    """Write the chosen models into ``repository``; returns {model name: its folder}.
+
+    ``preprocessing`` (a zoo.checkpoints.Preprocessing) sets the input size (its crop) and is
+    recorded in each config.pbtxt as ``preprocessing_*`` parameters for clients.
+    """
+    if preprocessing is not None:
+        image_size = preprocessing.crop
     num_classes = model.fc.out_features
     repository = pathlib.Path(repository)
     repository.mkdir(parents=True, exist_ok=True)
@@ -136,7 +157,7 @@ def export_repository(
             name = f"resnet50_{kind}"
             config = triton_config(
                 name, kind, image_size=image_size, num_classes=num_classes, max_batch_size=max_batch_size,
-                instance_kind=instance_kind, instance_count=instance_count,
+                instance_kind=instance_kind, instance_count=instance_count, preprocessing=preprocessing,
             )  # fmt: skip
             if kind == "libtorch":
                 files = {"model.pt": export_torchscript(model, pathlib.Path(tmp) / "model.pt", image_size)}
@@ -157,7 +178,12 @@ def main(argv=None) -> None:
     p.add_argument("--repository", default="triton_repo", help="Triton model repository to write")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
     p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="input size (default: the --pretrained entry's crop, else 224)",
+    )
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--instance-kind", choices=("KIND_GPU", "KIND_CPU"), default="KIND_GPU")
     p.add_argument("--instance-count", type=int, default=1)
@@ -171,11 +197,18 @@ def main(argv=None) -> None:
         )
     try:
         model = load_model(args.checkpoint, args.pretrained, args.num_classes)
+        preprocessing = eval_preprocessing(args.pretrained, args.image_size or 224)
     except CheckpointError as e:
         raise SystemExit(f"error: {one_line(e)}") from None
+    if args.image_size and args.image_size != preprocessing.crop:
+        raise SystemExit(
+            f"error: --image-size {args.image_size} differs from the crop {preprocessing.crop} "
+            f"that {args.pretrained} was published with"
+        )
+    print(f"preprocessing: {preprocessing.describe()}")
     written = export_repository(
-        model, args.repository, image_size=args.image_size, models=models, max_batch_size=args.max_batch_size,
-        instance_kind=args.instance_kind, instance_count=args.instance_count,
+        model, args.repository, models=models, max_batch_size=args.max_batch_size,
+        instance_kind=args.instance_kind, instance_count=args.instance_count, preprocessing=preprocessing,
     )  # fmt: skip
     if args.print_config:
         for folder in written.values():
