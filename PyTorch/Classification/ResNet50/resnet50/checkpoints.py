@@ -1,4 +1,4 @@
-"""Pretrained weights: the registry (checkpoints.yaml), pulling through the zoo cache, loading any layout.
+"""Pretrained weights: registry entries (checkpoints.yaml) pulled through zoo.checkpoints, loading any layout.
 
 Understood layouts, all mapped onto this package's (= torchvision's) state_dict keys:
 
@@ -8,8 +8,8 @@ Understood layouts, all mapped onto this package's (= torchvision's) state_dict 
   stages ``layers.0`` .. ``layers.3`` instead of ``layer1`` .. ``layer4``;
 - this package's training checkpoints: a dict whose ``model`` entry is the state_dict.
 
-    python -m resnet50.checkpoints list
-    python -m resnet50.checkpoints pull torchvision-imagenet1k-v1
+``scripts/download_checkpoint.sh {list,pull NAME}`` lists and pulls the registry;
+``python -m resnet50.checkpoints check PATH`` tells whether a file loads into ResNet-50 v1.5.
 """
 
 from __future__ import annotations
@@ -20,20 +20,33 @@ import re
 import sys
 
 import torch
-from zoo.checkpoints import CheckpointError, fetch, load_registry
+from zoo.checkpoints import CheckpointEntry, CheckpointError, Preprocessing, fetch, load_registry
+
+from resnet50.data import default_preprocessing
 
 REGISTRY_PATH = pathlib.Path(__file__).resolve().parents[1] / "checkpoints.yaml"
 _STAGE = re.compile(r"^layers\.(\d+)\.")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
 
 
-def registry(path=None):
-    return load_registry(path or REGISTRY_PATH)
+def registry_entry(name: str, registry_path=None) -> CheckpointEntry:
+    """The entry ``name`` of the model's checkpoints.yaml (or ``registry_path``)."""
+    return load_registry(registry_path or REGISTRY_PATH).get(name)
 
 
 def pull(name: str, *, registry_path=None, cache_dir=None, progress=True) -> pathlib.Path:
     """Download (or find in the cache) the registry entry ``name``; returns the verified file."""
-    return fetch(registry(registry_path).get(name), cache_dir=cache_dir, progress=progress)
+    return fetch(registry_entry(name, registry_path), cache_dir=cache_dir, progress=progress)
+
+
+def eval_preprocessing(pretrained: str | None, image_size: int, registry_path=None) -> Preprocessing:
+    """What evaluation and export feed the model: the registry entry's preprocessing for
+    ``--pretrained NAME`` (when it lists one), else resize ``image_size * 256 / 224``, crop ``image_size``."""
+    if pretrained:
+        entry = registry_entry(pretrained, registry_path)
+        if entry.preprocessing is not None:
+            return entry.preprocessing
+    return default_preprocessing(image_size)
 
 
 def extract_state_dict(obj) -> dict[str, torch.Tensor]:
@@ -114,36 +127,21 @@ def resolve_weights(pretrained: str | None, init_checkpoint: str | None, **pull_
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m resnet50.checkpoints", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument(
-        "--registry", default=None, help=f"registry YAML (default {REGISTRY_PATH.name} of the model)"
+        prog="python -m resnet50.checkpoints",
+        description="Check that a checkpoint file loads into ResNet-50 v1.5.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("list", help="print the registry")
-    pull_parser = commands.add_parser("pull", help="download a checkpoint by name into the cache, verified")
-    pull_parser.add_argument("name")
-    pull_parser.add_argument(
-        "--cache-dir", default=None, help="default $ZOO_CACHE or ~/.cache/zoo/checkpoints"
-    )
     check_parser = commands.add_parser("check", help="load a checkpoint file into ResNet-50 v1.5")
     check_parser.add_argument("path")
     check_parser.add_argument("--num-classes", type=int, default=1000)
     args = parser.parse_args(argv)
+    from resnet50.model import resnet50
 
     try:
-        if args.command == "list":
-            for entry in registry(args.registry).entries():
-                print(f"{entry.name:30s} {entry.format:24s} {entry.url}\n{'':30s} {entry.description}")
-        elif args.command == "pull":
-            print(pull(args.name, registry_path=args.registry, cache_dir=args.cache_dir))
-        else:
-            from resnet50.model import resnet50
-
-            load_weights(resnet50(num_classes=args.num_classes), args.path)
-            print(f"{args.path}: loads into ResNet-50 v1.5 with {args.num_classes} classes")
+        load_weights(resnet50(num_classes=args.num_classes), args.path)
     except CheckpointError as e:
         raise SystemExit(f"error: {e}") from None
+    print(f"{args.path}: loads into ResNet-50 v1.5 with {args.num_classes} classes")
 
 
 if __name__ == "__main__":

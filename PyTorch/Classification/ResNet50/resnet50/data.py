@@ -10,7 +10,9 @@ Backends (``--data-backend``):
 - ``synthetic``: random tensors created once on the device (measures the model, not the input).
 
 Training augmentation (all backends): random-resized crop, horizontal flip, normalisation with the
-ImageNet mean/std. Validation: resize the short side to ``image_size * 256 / 224``, centre crop.
+ImageNet mean/std. Validation: resize the short side to ``image_size * 256 / 224``, centre crop; or,
+for a registry checkpoint, the entry's preprocessing (``DataConfig.val_preprocessing``: resize, crop,
+interpolation, mean, std; applied by the ``pytorch`` backend).
 
 For exact resume the ``pytorch`` and ``gpu-decode`` backends draw each sample's augmentation from a
 generator seeded by (seed, epoch, sample index), and the sampler can start mid-epoch: the batches
@@ -27,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+from zoo.checkpoints import Preprocessing
 
 BACKENDS = ("pytorch", "gpu-decode", "dali-gpu", "dali-cpu", "synthetic")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -59,11 +62,33 @@ class DataConfig:
     pin_encoded: bool = True  # gpu-decode on CUDA: pin each batch's encoded bytes before nvJPEG reads them
     fused_crop: bool = False  # gpu-decode on CUDA: crop/resize/flip/normalise in one Triton kernel
     host_decode_share: float = 0.0  # gpu-decode: share of each batch the loader workers decode (PIL)
+    val_preprocessing: Preprocessing | None = None  # validation resize/crop/mean/std (default: 256/224)
 
 
 def val_resize_size(image_size: int) -> int:
     """Short side before the centre crop: 256 for a 224 crop, in the same ratio for other sizes."""
     return int(round(image_size * 256 / 224))
+
+
+def default_preprocessing(image_size: int) -> Preprocessing:
+    """Validation preprocessing of our own checkpoints: resize 256 (for 224), centre crop, bilinear."""
+    return Preprocessing(val_resize_size(image_size), image_size, "bilinear", IMAGENET_MEAN, IMAGENET_STD)
+
+
+def eval_transform(preprocessing: Preprocessing):
+    """PIL image -> normalised float tensor [3, crop, crop]: short side to ``resize``, centre crop."""
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import v2 as T
+
+    return T.Compose(
+        [
+            T.Resize(preprocessing.resize, InterpolationMode(preprocessing.interpolation), antialias=True),
+            T.CenterCrop(preprocessing.crop),
+            T.PILToTensor(),
+            T.ToDtype(torch.float32, scale=True),
+            T.Normalize(preprocessing.mean, preprocessing.std),
+        ]
+    )
 
 
 def one_line(error: BaseException) -> str:
@@ -208,15 +233,16 @@ def random_resized_crop_box(height, width, scale, ratio=(3 / 4, 4 / 3), generato
 class ImageFolderDataset(torch.utils.data.Dataset):
     """PIL decode + augmentation; each sample's randomness is seeded by (seed, epoch, index)."""
 
-    def __init__(self, samples, image_size: int, train: bool, crop_scale=(0.08, 1.0), seed: int = 0):
+    def __init__(
+        self, samples, image_size: int, train: bool, crop_scale=(0.08, 1.0), seed: int = 0, preprocessing=None
+    ):
         from torchvision.transforms import v2 as T
 
         self.samples, self.image_size, self.train = samples, image_size, train
         self.crop_scale, self.seed, self.epoch = crop_scale, seed, 0
         self.to_tensor = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True)])
         self.normalize = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
-        self.resize = T.Resize(val_resize_size(image_size), antialias=True)
-        self.center_crop = T.CenterCrop(image_size)
+        self.val_transform = eval_transform(preprocessing or default_preprocessing(image_size))
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -246,9 +272,8 @@ class ImageFolderDataset(torch.utils.data.Dataset):
             image = F.resized_crop(image, top, left, h, w, [self.image_size, self.image_size], antialias=True)
             if float(torch.rand(1, generator=generator)) < 0.5:
                 image = F.horizontal_flip(image)
-        else:
-            image = self.center_crop(self.resize(image))
-        return self.normalize(self.to_tensor(image)), label
+            return self.normalize(self.to_tensor(image)), label
+        return self.val_transform(image), label
 
 
 class EpochLoader:
@@ -305,7 +330,9 @@ def _data_loader(dataset, sampler, cfg: DataConfig, collate_fn=None, pin_memory=
 def build_pytorch_loader(cfg: DataConfig, split: str, classes: list[str]) -> EpochLoader:
     train = split == "train"
     samples = list_samples(pathlib.Path(cfg.data_dir) / split, classes)
-    dataset = ImageFolderDataset(samples, cfg.image_size, train, cfg.crop_scale, cfg.seed)
+    dataset = ImageFolderDataset(
+        samples, cfg.image_size, train, cfg.crop_scale, cfg.seed, None if train else cfg.val_preprocessing
+    )
     sampler = ShardedSampler(
         len(samples), cfg.batch_size, rank=cfg.rank, world_size=cfg.world_size,
         shuffle=train, seed=cfg.seed, drop_last=train,
@@ -798,6 +825,11 @@ def build_loader(cfg: DataConfig, split: str, classes: list[str] | None = None):
         return SyntheticLoader(cfg, batches_per_epoch=100 if split == "train" else 10)
     if classes is None:
         classes = check_layout(cfg.data_dir, cfg.num_classes)
+    pre = cfg.val_preprocessing
+    if split == "val" and cfg.backend != "pytorch" and pre and pre != default_preprocessing(cfg.image_size):
+        raise DataError(
+            f"the checkpoint's preprocessing ({pre.describe()}) is applied by --data-backend pytorch only"
+        )
     if cfg.backend == "pytorch":
         return build_pytorch_loader(cfg, split, classes)
     if cfg.backend == "gpu-decode":

@@ -1,4 +1,5 @@
-"""Pulling registry checkpoints from a local HTTP server, key layouts, and the one-line errors."""
+"""Pulling registry checkpoints from a local HTTP server, key layouts, the registry's preprocessing in
+evaluation and export, and the one-line errors."""
 
 import functools
 import hashlib
@@ -11,7 +12,9 @@ import pytest
 import torch
 import yaml
 from r50_testutil import MODEL_DIR, assert_one_line_error, model_env, run_module
-from resnet50.checkpoints import extract_state_dict, load_weights
+from resnet50 import checkpoints
+from resnet50.checkpoints import eval_preprocessing, extract_state_dict, load_weights, registry_entry
+from resnet50.data import default_preprocessing, eval_transform
 from resnet50.model import resnet50
 from zoo.checkpoints import CheckpointError
 
@@ -39,13 +42,19 @@ def served(tmp_path_factory):
     server.shutdown()
 
 
-def write_registry(path, served, **entries):
+def write_registry(path, served, preprocessing=None, **entries):
     items = []
     for name, (file, sha, size) in entries.items():
         items.append({"name": name, "url": f"{served['url']}/{file}", "sha256": sha, "size": size,
-                      "format": "ngc-convnets", "framework": "pytorch", "model": "resnet50"})  # fmt: skip
+                      "format": "pytorch", "framework": "pytorch", "model": "resnet50"})  # fmt: skip
+        if preprocessing:
+            items[-1]["preprocessing"] = preprocessing
     path.write_text(yaml.safe_dump({"checkpoints": items}))
     return path
+
+
+def pull(registry, name, *, cache):
+    return run_module("zoo.checkpoints", "--registry", registry, "pull", name, ZOO_CACHE=str(cache))
 
 
 def download_checkpoint(*args, cache):
@@ -63,7 +72,7 @@ def test_pull_good_truncated_and_wrong_digest(tmp_path, served):
         wrong=("good.pth", "0" * 64, None),
     )  # fmt: skip
     cache = tmp_path / "cache"
-    result = download_checkpoint("good", "--registry", registry, cache=cache)
+    result = pull(registry, "good", cache=cache)
     assert result.returncode == 0, result.stderr
     path = result.stdout.strip().splitlines()[-1]
     model = resnet50(num_classes=10)
@@ -73,7 +82,7 @@ def test_pull_good_truncated_and_wrong_digest(tmp_path, served):
     cached = sorted(p.name for p in cache.rglob("*") if p.is_file())
 
     for name in ("truncated", "wrong"):
-        result = download_checkpoint(name, "--registry", registry, cache=cache)
+        result = pull(registry, name, cache=cache)
         assert_one_line_error(result, "error")
         assert any(word in result.stderr.lower() for word in ("sha256", "size", "truncated", "bytes")), (
             result.stderr
@@ -82,8 +91,82 @@ def test_pull_good_truncated_and_wrong_digest(tmp_path, served):
 
 
 def test_unknown_checkpoint_name_is_one_line(tmp_path):
-    result = download_checkpoint("no-such-weights", cache=tmp_path)
+    result = download_checkpoint("pull", "no-such-weights", cache=tmp_path)
     assert_one_line_error(result, "no-such-weights", "torchvision-imagenet1k-v1")
+
+
+def test_download_checkpoint_usage_list_and_old_spellings(tmp_path):
+    result = download_checkpoint("--help", cache=tmp_path)
+    assert (
+        result.returncode == 0 and "usage: scripts/download_checkpoint.sh {list,pull NAME}" in result.stdout
+    )
+    result = download_checkpoint(cache=tmp_path)
+    assert result.returncode != 0 and "usage:" in result.stderr
+    result = download_checkpoint("list", cache=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split()[0]: line.split() for line in result.stdout.splitlines()[1:]}
+    assert rows["torchvision-imagenet1k-v2"][1:6] == ["pytorch", "-", "top1", "80.858", "top5"]
+    assert_one_line_error(
+        download_checkpoint("--list", cache=tmp_path), "scripts/download_checkpoint.sh list"
+    )
+    assert_one_line_error(
+        download_checkpoint("torchvision-imagenet1k-v2", cache=tmp_path),
+        "scripts/download_checkpoint.sh pull torchvision-imagenet1k-v2",
+    )
+
+
+def test_v2_entry_is_evaluated_at_resize_232():
+    v1, v2 = (registry_entry(f"torchvision-imagenet1k-{v}").preprocessing for v in ("v1", "v2"))
+    assert (v2.resize, v2.crop, v2.interpolation) == (232, 224, "bilinear")
+    assert (v1.resize, v1.crop) == (256, 224) and v1 == default_preprocessing(224)
+    assert eval_preprocessing("torchvision-imagenet1k-v2", image_size=224) == v2
+    assert eval_preprocessing(None, image_size=160) == default_preprocessing(160)
+    from PIL import Image
+    from torchvision.transforms import v2 as T
+
+    image = Image.fromarray(torch.randint(0, 255, (300, 400, 3), dtype=torch.uint8).numpy())
+    got = eval_transform(v2)(image)
+    resized = T.PILToTensor()(T.CenterCrop(224)(T.Resize(232)(image)))  # PIL, bilinear
+    expected = T.Normalize(v2.mean, v2.std)(T.ToDtype(torch.float32, scale=True)(resized))
+    assert got.shape == (3, 224, 224)
+    torch.testing.assert_close(got, expected)
+    assert not torch.allclose(got, eval_transform(v1)(image))  # resize 256 crops a different region
+
+
+def test_evaluate_and_export_use_the_entry_preprocessing(tmp_path, served, digits16, monkeypatch, capsys):
+    pre = {
+        "resize": 40,
+        "crop": 32,
+        "interpolation": "bicubic",
+        "mean": [0.5, 0.5, 0.5],
+        "std": [0.25, 0.25, 0.25],
+    }
+    registry = write_registry(
+        tmp_path / "registry.yaml", served, pre, tiny=("good.pth", served["sha256"], None)
+    )
+    monkeypatch.setattr(checkpoints, "REGISTRY_PATH", registry)
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+    from resnet50 import evaluate, export
+
+    args = evaluate.parse_args(
+        ["--pretrained", "tiny", "--data-dir", str(digits16), "--num-classes", "10", "--device", "cpu",
+         "--workers", "0", "--batch-size", "4", "--limit-batches", "1", "--results-dir", str(tmp_path)]
+    )  # fmt: skip
+    result = evaluate.run(args)
+    assert (
+        "preprocessing: resize 40, crop 32, bicubic, mean (0.5, 0.5, 0.5), std (0.25"
+        in capsys.readouterr().out
+    )
+    assert result["preprocessing"]["resize"] == 40 and result["preprocessing"]["crop"] == 32
+
+    config = export.triton_config(
+        "m", "onnx", image_size=32, num_classes=10, max_batch_size=8, instance_kind="KIND_CPU", instance_count=1,
+        preprocessing=eval_preprocessing("tiny", 224),
+    )  # fmt: skip
+    assert list(config.input[0].dims) == [3, 32, 32]
+    assert config.parameters["preprocessing_resize"].string_value == "40"
+    assert config.parameters["preprocessing_interpolation"].string_value == "bicubic"
+    assert config.parameters["preprocessing_std"].string_value == "0.25,0.25,0.25"
 
 
 def test_wrong_class_count_is_one_line(tmp_path):
