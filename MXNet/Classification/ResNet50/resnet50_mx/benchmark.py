@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import mxnet as mx
 from mxnet.contrib import amp as mx_amp
+from zoo.bench import measure, write_report
+from zoo.cli import AMP_CHOICES, parse_args
 
 from .model import LAYOUTS, build_model
-from .train import AMP_MODES, Processes, build_trainer, parse_gpus, train_step
+from .train import Processes, build_trainer, parse_gpus, train_step
 
 
 def _net(num_classes: int, layout: str, ctx):
@@ -26,8 +27,6 @@ def _net(num_classes: int, layout: str, ctx):
 
 
 def bench_train(args, ctx) -> dict:
-    from zoo.bench import Meter
-
     procs = Processes("device", len(ctx), False)
     net = _net(args.num_classes, args.layout, ctx)
     recipe = {"optimizer": {"name": "sgd", "momentum": 0.875, "weight_decay": 3.0517578125e-05}}
@@ -36,10 +35,9 @@ def bench_train(args, ctx) -> dict:
     shape = (batch, 3, args.image_size, args.image_size)
     data = mx.nd.random.normal(shape=shape, ctx=ctx[0])
     label = mx.nd.array(mx.nd.random.randint(0, args.num_classes, shape=(batch,)).asnumpy(), ctx=ctx[0])
-    meter = Meter(warmup=args.warmup)
-    for _ in range(args.warmup + args.steps):
-        tic = time.perf_counter()
-        loss, _hits = train_step(
+
+    def step():
+        train_step(
             net,
             trainer,
             data,
@@ -50,19 +48,23 @@ def bench_train(args, ctx) -> dict:
             amp=args.amp,
             step_batch=batch,
         )
-        loss.wait_to_read()
-        mx.nd.waitall()
-        meter.record(time.perf_counter() - tic, batch)
-    return dict(meter.summary(), mode="train", batch_size=batch, per_device_batch=args.batch_size)
+
+    summary = measure(
+        step, items_per_call=batch, warmup=args.warmup, iters=args.steps, sync=mx.nd.waitall, per_call=True
+    )
+    return dict(summary, mode="train", batch_size=batch, per_device_batch=args.batch_size)
 
 
 def bench_inference(args, ctx, batch_size: int) -> dict:
-    from zoo.bench import time_loop
-
     net = _net(args.num_classes, args.layout, ctx[:1])
     data = mx.nd.random.normal(shape=(batch_size, 3, args.image_size, args.image_size), ctx=ctx[0])
-    summary = time_loop(
-        lambda: net(data), items_per_call=batch_size, warmup=args.warmup, iters=args.steps, sync=mx.nd.waitall
+    summary = measure(
+        lambda: net(data),
+        items_per_call=batch_size,
+        warmup=args.warmup,
+        iters=args.steps,
+        sync=mx.nd.waitall,
+        per_call=True,
     )
     return dict(summary, mode="inference", batch_size=batch_size)
 
@@ -71,16 +73,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="benchmark.sh", description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=["train", "inference", "both"], default="both")
     p.add_argument("--gpus", help="GPU count or comma list (empty: CPU)")
-    p.add_argument("--amp", choices=AMP_MODES, default="none", help="fp16 on GPU, bf16 on CPU")
+    p.add_argument(
+        "--amp", choices=AMP_CHOICES, default="fp32", help="fp16 on GPU, bf16 on CPU; fp32: no AMP"
+    )
     p.add_argument("--layout", choices=LAYOUTS, default="NCHW")
     p.add_argument("--batch-size", type=int, default=256, help="training batch per device")
     p.add_argument("--inference-batch-sizes", default="1,256", help="comma list")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--steps", type=int, default=100, help="timed steps")
+    p.add_argument("--steps", type=int, default=100, help="timed steps (each synchronised, for latency)")
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--output", default="results/benchmark.json", help="JSON report (zoo.bench schema)")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit("--steps must be >= 1 and --warmup >= 0")
     try:
@@ -93,7 +97,7 @@ def main(argv=None):
     ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
     if args.amp == "fp16" and not gpus:
         raise SystemExit("--amp fp16 needs a GPU; on CPU use --amp bf16")
-    if args.amp != "none":
+    if args.amp != "fp32":
         mx_amp.init(target_dtype="float16" if args.amp == "fp16" else "bfloat16")
     results = []
     if args.mode in ("train", "both"):
@@ -108,8 +112,6 @@ def main(argv=None):
             f"p50 {r['latency_ms']['p50']:.2f} ms  p99 {r['latency_ms']['p99']:.2f} ms",
             file=sys.stderr,
         )
-    from zoo.bench import write_report
-
     write_report(args.output, results, framework="mxnet", mxnet=mx.__version__, model="ResNet-50 v1.5")
     print(json.dumps({"output": args.output, "results": len(results)}))
 

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 import mxnet as mx
 from mxnet import gluon
+from mxnet.contrib import amp as mx_amp
+from zoo.cli import AMP_CHOICES, parse_args
+from zoo.log import MetricsLogger
 
 
-def evaluate(net, loader, ctx) -> dict:
-    """Top-1, top-5 and image count over one pass of ``loader`` (filler samples of ``pad`` ignored)."""
+def evaluate(net, loader, ctx, progress=None) -> dict:
+    """Top-1, top-5 and image count over one pass of ``loader`` (filler samples of ``pad`` ignored).
+
+    ``progress``: a ``zoo.log.MetricsLogger`` whose progress line shows batches done / total and
+    images/s (its ``total_steps`` is ``loader.batches``)."""
     correct1 = correct5 = total = 0
-    for data, label, pad in loader:
+    for batch, (data, label, pad) in enumerate(loader, 1):
         valid = data.shape[0] - pad
         if valid <= 0:
             continue
@@ -29,6 +36,8 @@ def evaluate(net, loader, ctx) -> dict:
             correct1 += int(hits[:, 0].sum().asscalar())
             correct5 += int(hits.sum().asscalar())
             total += x.shape[0]
+        if progress is not None:
+            progress.progress(batch, valid, {"top1": correct1 / total})
     if total == 0:
         raise SystemExit("the validation set is empty")
     return {"top1": correct1 / total, "top5": correct5 / total, "images": total}
@@ -43,17 +52,30 @@ def main(argv=None):
     p.add_argument(
         "--checkpoint", required=True, help="results dir, checkpoint .json, .params file or registry name"
     )
-    p.add_argument("--data-dir", required=True, help="folder with val.rec/.idx")
+    p.add_argument(
+        "--data-dir", default=os.environ.get("DATA_DIR"), help="folder with val.rec/.idx ($DATA_DIR)"
+    )
+    p.add_argument(
+        "--amp", choices=AMP_CHOICES, default="fp32", help="fp16 on GPU, bf16 on CPU (oneDNN); fp32: no AMP"
+    )
     p.add_argument("--data-backend", choices=[b for b in BACKENDS if b != "synthetic"], default="recordio")
     p.add_argument("--batch-size", type=int, default=64, help="per device")
     p.add_argument("--image-size", type=int, help="default: the checkpoint's, else 224")
     p.add_argument("--num-classes", type=int, help="expected class count (checked against the checkpoint)")
     p.add_argument("--gpus", help="GPU count or comma list of ids (empty: CPU)")
     p.add_argument("--threads", type=int, default=4, help="decode threads")
-    args = p.parse_args(argv)
+    args = parse_args(p, argv)
+    if not args.data_dir:
+        raise SystemExit("error: no validation data: pass --data-dir or set DATA_DIR")
 
     gpus = parse_gpus(args.gpus)
     ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
+    if args.amp == "fp16" and not gpus:
+        raise SystemExit(
+            "error: --amp fp16 needs a GPU (MXNet's float16 kernels are GPU-only); on CPU use --amp bf16"
+        )
+    if args.amp != "fp32":  # before the network is built: AMP rewrites the operator namespaces
+        mx_amp.init(target_dtype="float16" if args.amp == "fp16" else "bfloat16")
     net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes, ctx=ctx)
     net.hybridize(static_alloc=True)
     image_size = args.image_size or meta.get("image_size", 224)
@@ -66,7 +88,9 @@ def main(argv=None):
         threads=args.threads,
     )
     tic = time.time()
-    result = evaluate(net, build_loader(spec, train=False, epoch=0, seed=0, ctx=ctx[0]), ctx)
+    loader = build_loader(spec, train=False, epoch=0, seed=0, ctx=ctx[0])
+    with MetricsLogger(total_steps=loader.batches, desc="evaluate") as progress:
+        result = evaluate(net, loader, ctx, progress)
     result["images_per_s"] = result["images"] / (time.time() - tic)
     print(
         f"top1 {result['top1']:.4f}  top5 {result['top5']:.4f}  ({result['images']} images)", file=sys.stderr

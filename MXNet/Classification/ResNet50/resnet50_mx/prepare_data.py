@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from zoo.cli import parse_args
+
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 
 
@@ -137,19 +139,23 @@ def main(argv=None):
     )
     src.add_argument("--digits", action="store_true", help="scikit-learn's digits as a small real dataset")
     src.add_argument("--synthetic", action="store_true", help="nothing to prepare: train with synthetic data")
-    parser.add_argument("--out", default="data/recordio", help="output folder for train/val .rec/.idx")
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("DATA_DIR", "data/recordio"),
+        help="output folder for train/val .rec/.idx, what train.sh reads ($DATA_DIR, else data/recordio)",
+    )
     parser.add_argument(
         "--resize", type=int, default=None, help="shorter side stored (default 256; 0 keeps the original)"
     )
     parser.add_argument("--quality", type=int, default=95, help="JPEG quality of the stored images")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="im2rec worker processes")
     parser.add_argument("--image-size", type=int, default=32, help="--digits: image side")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, renamed={"--out": "--data-dir"})
     if args.synthetic:
         print("synthetic data needs no preparation: scripts/train.sh --data-backend synthetic")
         return
     resize = 256 if args.resize is None else args.resize
-    out = Path(args.out)
+    out = Path(args.data_dir)
     if args.imagenet_tars:
         from zoo.imagenet import prepare_imagenet
 

@@ -27,6 +27,8 @@ from pathlib import Path
 import mxnet as mx
 from mxnet import autograd, gluon
 from mxnet.contrib import amp as mx_amp
+from zoo.cli import AMP_CHOICES, add_run_args, add_target_arg, parse_args, resolve_resume
+from zoo.cli import recipe_from_args as recipe_from_cli
 
 from .data import BACKENDS, DataSpec, build_loader, read_classes
 from .evaluate import evaluate
@@ -34,7 +36,7 @@ from .model import LAYOUTS, build_model, count_parameters
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_RECIPE = CONFIG_DIR / "resnet50_1gpu_90ep.yaml"
-AMP_MODES = ("none", "fp16", "bf16")
+CHECKPOINT_NAME = "checkpoints/latest.json"  # in RESULTS_DIR: what --resume auto continues
 LOG_EVERY = 20  # steps between reads of the loss (each read waits for the devices)
 
 
@@ -173,7 +175,7 @@ def build_trainer(net, recipe: dict, procs: Processes, amp: str, base_lr: float)
         procs.hvd.broadcast_parameters(params, root_rank=0)
     else:
         trainer = gluon.Trainer(params, name, options, kvstore=procs.kv, update_on_kvstore=False)
-    if amp != "none":
+    if amp != "fp32":
         mx_amp.init_trainer(trainer)
     if procs.hvd is None and procs.kv is not None:
         # Create the kvstore and broadcast rank 0's weights now, and wait for the broadcast. Left to
@@ -212,7 +214,7 @@ def train_step(net, trainer, data, label, ctx, *, num_classes, smoothing, amp, s
             smoothed_cross_entropy(mx.nd, o, y, num_classes, smoothing)
             for o, y in zip(outputs, labels, strict=True)
         ]
-        if amp != "none":  # the scaling must be recorded too
+        if amp != "fp32":  # the scaling must be recorded too
             with mx_amp.scale_loss(losses, trainer) as scaled:
                 autograd.backward(scaled)
         else:
@@ -242,9 +244,10 @@ def run(recipe: dict, args) -> dict:
     """Train as the recipe says; returns the final metrics (train loss, top1/top5 if evaluated)."""
     from zoo.log import MetricsLogger
 
-    amp = recipe.get("amp", "none") or "none"
-    if amp not in AMP_MODES:
-        raise SystemExit(f"amp must be one of {', '.join(AMP_MODES)}, got {amp!r}")
+    amp = recipe.get("amp") or "fp32"
+    if amp not in AMP_CHOICES:
+        hint = " (no AMP is now fp32)" if amp == "none" else ""
+        raise SystemExit(f"error: recipe amp must be one of {', '.join(AMP_CHOICES)}, got {amp!r}{hint}")
     gpus = parse_gpus(recipe.get("gpus"))
     procs = Processes(recipe.get("kvstore", "device"), len(gpus), recipe.get("horovod", False))
     if procs.hvd is not None:
@@ -254,7 +257,7 @@ def run(recipe: dict, args) -> dict:
         raise SystemExit(
             "--amp fp16 needs a GPU (MXNet's float16 kernels are GPU-only); on CPU use --amp bf16"
         )
-    if amp != "none":
+    if amp != "fp32":
         # Must precede building the network: AMP rewrites the operator namespaces.
         mx_amp.init(target_dtype="float16" if amp == "fp16" else "bfloat16")
 
@@ -375,7 +378,8 @@ def run(recipe: dict, args) -> dict:
         }
         if recipe.get("evaluate", True) and spec.backend != "synthetic":
             val = build_loader(spec, train=False, epoch=epoch, seed=seed, ctx=ctx[0])
-            metrics.update(evaluate(net, val, ctx))
+            with MetricsLogger(enabled=procs.primary, total_steps=val.batches, desc="eval") as progress:
+                metrics.update(evaluate(net, val, ctx, progress))
             if metrics["top1"] > best.get("top1", -1):
                 best = {"top1": metrics["top1"], "top5": metrics["top5"], "epoch": epoch + 1}
         logger.log(step, dict(metrics, epoch=epoch + 1), units={"images_per_s": " img/s"}, phase="epoch")
@@ -398,7 +402,7 @@ def run(recipe: dict, args) -> dict:
         procs.barrier()
         if recipe.get("stop_after") and epoch + 1 - start_epoch >= int(recipe["stop_after"]):
             break  # a time-limited job: --resume continues from here
-        if target and metrics.get("top1", 0) >= float(target):
+        if target and 100 * metrics.get("top1", 0) >= float(target):  # top1 is a fraction, the target %
             logger.event("run_stop", {"status": "success", "top1": metrics["top1"]})
             break
     logger.close()
@@ -416,11 +420,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="train.sh",
         description="Train ResNet-50 v1.5 (MXNet Gluon). Flags override the recipe; --set key=value overrides any key.",
     )
-    p.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe YAML (configs/*.yaml)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a recipe key")
-    p.add_argument(
-        "--data-dir", help="folder with train.rec/.idx and val.rec/.idx (scripts/download_data.sh)"
+    add_run_args(
+        p,
+        default_recipe=DEFAULT_RECIPE,
+        data_help="folder with train.rec/.idx and val.rec/.idx ($DATA_DIR; scripts/download_data.sh)",
     )
+    add_target_arg(p, "top1", unit="%", example=75.9)
     p.add_argument("--data-backend", choices=BACKENDS, help="input pipeline")
     p.add_argument("--synthetic", action="store_true", help="same as --data-backend synthetic")
     p.add_argument("--gpus", help="GPU count ('0': CPU) or comma list of ids ('2,3'; one id: '2,')")
@@ -428,7 +433,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--kvstore", help="device | nccl | dist_sync | dist_device_sync (dist_*: set by the launcher)"
     )
     p.add_argument("--horovod", action="store_true", help="Horovod instead of the kvstore (where installed)")
-    p.add_argument("--amp", choices=AMP_MODES, help="mixed precision: fp16 (GPU) or bf16 (CPU, oneDNN)")
     p.add_argument("--layout", choices=LAYOUTS, help="convolution layout (NHWC is fastest on GPU)")
     p.add_argument("--epochs", type=int)
     p.add_argument("--batch-size", type=int, help="per device")
@@ -438,45 +442,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--steps-per-epoch", type=int, help="cap the steps of each epoch (smoke tests, benchmarks)"
     )
-    p.add_argument("--target-top1", type=float, help="stop once validation top-1 reaches this fraction")
     p.add_argument("--seed", type=int)
     p.add_argument("--no-eval", action="store_true", help="skip validation after each epoch")
     p.add_argument("--no-hybridize", action="store_true", help="run the network imperatively")
-    p.add_argument("--results-dir", default="results", help="checkpoints/ and metrics.jsonl go here")
     p.add_argument("--stop-after", type=int, help="end this job after N epochs (for time-limited jobs)")
-    p.add_argument(
-        "--resume", help="checkpoint .json or results dir to continue from ('auto': this --results-dir)"
-    )
     return p
 
 
 def recipe_from_args(args) -> dict:
-    from zoo.recipe import load_recipe, parse_overrides
-
-    overrides = parse_overrides(args.set)
-    flag_keys = {
-        "data_dir": "data.dir",
-        "data_backend": "data.backend",
-        "gpus": "gpus",
-        "kvstore": "kvstore",
-        "amp": "amp",
-        "layout": "model.layout",
-        "epochs": "schedule.epochs",
-        "batch_size": "data.batch_size",
-        "image_size": "data.image_size",
-        "num_classes": "model.num_classes",
-        "lr_per_256": "optimizer.lr_per_256",
-        "seed": "seed",
-        "target_top1": "target_top1",
-    }
-    for flag, key in flag_keys.items():
-        value = getattr(args, flag)
-        if value is not None:
-            overrides[key] = value
-    recipe = load_recipe(args.recipe, overrides)
+    """The recipe with the flags applied; ``resume`` is the checkpoint .json (or folder) to continue, or None."""
+    recipe = recipe_from_cli(
+        args,
+        {
+            "data_dir": "data.dir",
+            "data_backend": "data.backend",
+            "gpus": "gpus",
+            "kvstore": "kvstore",
+            "layout": "model.layout",
+            "epochs": "schedule.epochs",
+            "batch_size": "data.batch_size",
+            "image_size": "data.image_size",
+            "num_classes": "model.num_classes",
+            "lr_per_256": "optimizer.lr_per_256",
+            "seed": "seed",
+            "target_top1": "target_top1",
+        },
+    )
+    target = recipe.get("target_top1")
+    if target is not None and not 1 < float(target) <= 100:
+        raise SystemExit(f"error: --target-top1 is a percentage in (1, 100], e.g. 75.9; got {target}")
     if args.synthetic:
         recipe["data"]["backend"] = "synthetic"
-    if args.data_dir and not args.data_backend and recipe["data"]["backend"] == "synthetic":
+    elif args.data_dir and not args.data_backend and recipe["data"]["backend"] == "synthetic":
         recipe["data"]["backend"] = "recordio"
     recipe["horovod"] = args.horovod
     recipe["steps_per_epoch"] = args.steps_per_epoch
@@ -484,18 +481,15 @@ def recipe_from_args(args) -> dict:
     recipe["evaluate"] = not args.no_eval
     recipe["model"]["hybridize"] = not args.no_hybridize
     recipe["results_dir"] = args.results_dir
-    if args.resume == "auto":
-        latest = checkpoint_dir(args.results_dir) / "latest.json"
-        recipe["resume"] = str(latest) if latest.is_file() else None
-    else:
-        recipe["resume"] = args.resume
+    resume_from = resolve_resume(args.resume, Path(args.results_dir) / CHECKPOINT_NAME)
+    recipe["resume"] = str(resume_from) if resume_from else None
     if isinstance(recipe.get("gpus"), int):
         recipe["gpus"] = str(recipe["gpus"]) if recipe["gpus"] > 0 else None
     return recipe
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     recipe = recipe_from_args(args)
     result = run(recipe, args)
     if result.get("rank", 0) == 0:

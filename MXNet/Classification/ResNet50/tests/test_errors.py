@@ -72,6 +72,76 @@ def test_unknown_recipe_key():
     assert "lr_per_265" in one_line(e)
 
 
+@pytest.mark.parametrize(
+    "module, argv, message",
+    [
+        ("train", ["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
+        ("train", ["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
+        ("train", ["--amp=none"], "error: --amp none was renamed: use --amp fp32"),
+        ("train", ["--no-resume"], "error: --no-resume was renamed: use --resume none"),
+        ("train", ["--target-accuracy", "0.76"], "error: --target-accuracy was renamed: use --target-top1"),
+        (
+            "evaluate",
+            ["--checkpoint", "x", "--precision", "fp16"],
+            "error: --precision was renamed: use --amp",
+        ),
+        ("benchmark", ["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
+        ("prepare_data", ["--digits", "--out", "x"], "error: --out was renamed: use --data-dir"),
+    ],
+)
+def test_old_spellings_name_the_new_one(module, argv, message):
+    import importlib
+
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module(f"resnet50_mx.{module}").main(argv)
+    assert one_line(e) == message
+
+
+def test_target_top1_is_a_percentage():
+    args = build_parser().parse_args(["--recipe", str(RECIPE), "--target-top1", "0.759"])
+    with pytest.raises(SystemExit) as e:
+        recipe_from_args(args)
+    assert "--target-top1 is a percentage" in one_line(e) and "75.9" in str(e.value)
+    args = build_parser().parse_args(["--recipe", str(RECIPE), "--target-top1", "75.9"])
+    assert recipe_from_args(args)["target_top1"] == 75.9
+
+
+def test_set_is_repeatable():
+    argv = ["--recipe", str(RECIPE), "--set", "optimizer.momentum=0.8", "--set", "schedule.epochs=3"]
+    recipe = recipe_from_args(build_parser().parse_args(argv))
+    assert recipe["optimizer"]["momentum"] == 0.8 and recipe["schedule"]["epochs"] == 3
+
+
+def test_recipe_amp_none_is_refused(tmp_path):
+    from resnet50_mx.train import run
+
+    argv = ["--recipe", str(RECIPE), "--set", "amp=none", "--results-dir", str(tmp_path)]
+    args = build_parser().parse_args(argv)
+    with pytest.raises(SystemExit) as e:
+        run(recipe_from_args(args), args)
+    assert "got 'none' (no AMP is now fp32)" in one_line(e)
+
+
+def test_existing_checkpoint_needs_an_explicit_resume(tmp_path):
+    latest = tmp_path / "checkpoints" / "latest.json"
+    latest.parent.mkdir()
+    latest.write_text("{}")
+
+    def resume_of(*extra):
+        argv = ["--recipe", str(RECIPE), "--results-dir", str(tmp_path), *extra]
+        return recipe_from_args(build_parser().parse_args(argv))["resume"]
+
+    with pytest.raises(SystemExit) as e:
+        resume_of()
+    assert "pass --resume auto to continue it, --resume none to start over" in one_line(e)
+    assert resume_of("--resume", "auto") == str(latest)
+    assert resume_of("--resume", "none") is None
+    assert resume_of("--resume", str(latest)) == str(latest)
+    with pytest.raises(SystemExit) as e:
+        resume_of("--resume", str(tmp_path / "missing.json"))
+    assert "no such checkpoint" in one_line(e)
+
+
 def test_wrong_class_count_in_checkpoint(trained):
     with pytest.raises(SystemExit) as e:
         load_for_inference(str(trained), num_classes=1000)

@@ -123,13 +123,13 @@ def test_one_process_two_devices_through_kvstore_device():
     net = build_model(10)
     net.initialize(mx.init.Xavier(), ctx=ctx)
     recipe = {"optimizer": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4}}
-    trainer = build_trainer(net, recipe, procs, "none", base_lr=0.05)
+    trainer = build_trainer(net, recipe, procs, "fp32", base_lr=0.05)
     before = net.fc.weight.data(ctx[0]).asnumpy().copy()
     data = mx.nd.random.uniform(shape=(8, 3, 32, 32))
     label = mx.nd.array([0, 1, 2, 3, 4, 5, 6, 7])
     for _ in range(2):
         loss, hits = train_step(
-            net, trainer, data, label, ctx, num_classes=10, smoothing=0.1, amp="none", step_batch=8
+            net, trainer, data, label, ctx, num_classes=10, smoothing=0.1, amp="fp32", step_batch=8
         )
     assert math.isfinite(float(loss.asscalar())) and 0 <= float(hits.asscalar()) <= 8
     for name, param in net.collect_params().items():
