@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Pull a pretrained checkpoint by name from checkpoints.yaml into the zoo cache ($ZOO_CACHE) and print
-# its path (--convert-ngc OUT turns an NGC SSD300 file into this model's model.pt). --list shows the names.
+# This model's pretrained checkpoints (checkpoints.yaml beside scripts/), through zoo.checkpoints:
+#   scripts/download_checkpoint.sh list                          name, format, size, accuracy, description
+#   scripts/download_checkpoint.sh pull NAME [--cache-dir DIR]   download (resumed, verified), print the path
+# Files are cached in --cache-dir, else $ZOO_CACHE, else ~/.cache/zoo/checkpoints.
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PYTHONPATH="${MODEL_DIR}:${PYTHONPATH:-}"
-exec "${PYTHON:-python}" -m ssd.checkpoints "$@"
+exec "${PYTHON:-python}" -m zoo.checkpoints --registry "${MODEL_DIR}/checkpoints.yaml" \
+  --prog scripts/download_checkpoint.sh "$@"

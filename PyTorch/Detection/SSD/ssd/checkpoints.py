@@ -1,7 +1,8 @@
-"""Pull a pretrained checkpoint named in a registry YAML (default: this model's checkpoints.yaml).
+"""Turn a downloaded NGC SSD300 checkpoint into this model's ``model.pt``.
 
-python -m ssd.checkpoints --list
-python -m ssd.checkpoints resnet50-torchvision-v1 --registry ../../Classification/ResNet50/checkpoints.yaml
+Pull it first (``scripts/download_checkpoint.sh pull ngc-ssd300-amp-20.06`` prints its path), then::
+
+    python -m ssd.checkpoints convert-ngc NGC_FILE results/ngc_model.pt
 """
 
 from __future__ import annotations
@@ -9,35 +10,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-MODEL_DIR = Path(__file__).resolve().parents[1]
-
 
 def main(argv=None) -> None:
-    from zoo.checkpoints import CheckpointError, fetch, load_registry
-
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("name", nargs="?", help="checkpoint name")
-    p.add_argument("--registry", default=str(MODEL_DIR / "checkpoints.yaml"))
-    p.add_argument("--list", action="store_true", help="list the registry's names")
-    p.add_argument(
-        "--convert-ngc", metavar="OUT", help="write an NGC SSD300 checkpoint as this model's model.pt"
+    p = argparse.ArgumentParser(
+        prog="python -m ssd.checkpoints",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a = p.parse_args(argv)
-    if not Path(a.registry).is_file():
-        raise SystemExit(f"registry {a.registry} does not exist")
-    try:
-        registry = load_registry(a.registry)
-        if a.list or not a.name:
-            for e in registry.entries():
-                print(f"{e.name:32s} {e.description}")
-            return
-        path = fetch(registry.get(a.name))
-    except CheckpointError as e:
-        raise SystemExit(str(e)) from None
-    if a.convert_ngc:
-        convert_ngc_file(path, a.convert_ngc)
-        path = a.convert_ngc
-    print(path)
+    commands = p.add_subparsers(dest="command", required=True)
+    convert = commands.add_parser(
+        "convert-ngc", help="write an NGC SSD300 checkpoint as this model's model.pt"
+    )
+    convert.add_argument("source", help="the pulled nvidia_ssdpyt_*.pt")
+    convert.add_argument("output", help="model.pt to write (atomically)")
+    args = p.parse_args(argv)
+    if not Path(args.source).is_file():
+        raise SystemExit(f"error: {args.source} does not exist")
+    convert_ngc_file(args.source, args.output)
+    print(args.output)
 
 
 def convert_ngc_file(src, dest) -> None:
@@ -54,7 +44,7 @@ def convert_ngc_file(src, dest) -> None:
         model.load_state_dict(converted)
     except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise SystemExit(f"cannot convert {src}: {reason[:200]}") from None
+        raise SystemExit(f"error: cannot convert {src}: {reason[:200]}") from None
     Path(dest).parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(dest) as tmp:
         torch.save(

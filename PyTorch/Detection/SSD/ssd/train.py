@@ -31,9 +31,8 @@ from ssd.loss import SSDLoss
 from ssd.model import SSD300, load_backbone_state
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
-# ResNet-50 registry of this zoo's classification model; this model's own registry when copied out alone.
-RESNET50_REGISTRY = MODEL_DIR.parent.parent / "Classification" / "ResNet50" / "checkpoints.yaml"
-DEFAULT_REGISTRY = RESNET50_REGISTRY if RESNET50_REGISTRY.is_file() else MODEL_DIR / "checkpoints.yaml"
+# The backbone weights --backbone NAME starts from are listed in this model's own registry.
+DEFAULT_REGISTRY = MODEL_DIR / "checkpoints.yaml"
 
 
 def parse_args(argv=None) -> argparse.Namespace:

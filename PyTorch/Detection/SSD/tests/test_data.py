@@ -97,6 +97,23 @@ def test_backbone_from_registry_checkpoint(http_root, tmp_path, monkeypatch):
         load_backbone(model, str(tmp_path / "wrong.pth"), str(registry))
 
 
+def test_backbone_registry_is_this_models_own():
+    from pathlib import Path
+
+    from ssd.train import DEFAULT_REGISTRY
+    from zoo.checkpoints import load_registry
+
+    model_dir = Path(__file__).resolve().parents[1]
+    assert DEFAULT_REGISTRY == model_dir / "checkpoints.yaml"
+    entry = load_registry(DEFAULT_REGISTRY).get("resnet50-torchvision-v1")
+    assert entry.url.endswith("resnet50-0676ba61.pth") and entry.sha256 == "0676ba61"
+    assert (entry.format, entry.preprocessing.resize, entry.preprocessing.crop) == ("pytorch", 256, 224)
+    readers_of_other_models = [
+        p.name for p in (model_dir / "ssd").rglob("*.py") if "Classification" in p.read_text()
+    ]
+    assert not readers_of_other_models
+
+
 def test_dali_cpu_pipeline_matches_pytorch_reader(tmp_path):
     pytest.importorskip("nvidia.dali")
     import json
