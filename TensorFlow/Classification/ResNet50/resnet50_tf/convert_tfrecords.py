@@ -17,6 +17,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from zoo.cli import parse_args
+
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp"}
 
 
@@ -147,21 +149,27 @@ def main(argv=None) -> None:
         description="Convert an ImageNet-style folder (train/<class>/*, val/<class>/*) into TFRecord shards.",
     )
     parser.add_argument("--src", required=True, help="folder with train/ and val/ class sub-folders")
-    parser.add_argument("--out", required=True, help="output folder for the TFRecord shards and dataset.json")
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("DATA_DIR"),
+        help="output folder for the TFRecord shards and dataset.json: what train.sh --data-dir reads ($DATA_DIR)",
+    )
     parser.add_argument("--train-shards", type=int, default=1024)
     parser.add_argument("--val-shards", type=int, default=128)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--seed", type=int, default=0, help="seed of the order of training images in shards")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv, renamed={"--out": "--data-dir"})
+    if not args.data_dir:
+        raise SystemExit("error: --data-dir (or $DATA_DIR) is required: the folder to write the TFRecords to")
     if args.train_shards < 1 or args.val_shards < 1:
         raise SystemExit("--train-shards and --val-shards must be >= 1")
     src = Path(args.src)
     if not src.is_dir():
         raise SystemExit(f"source folder {src} does not exist")
-    info = convert(src, Path(args.out), args.train_shards, args.val_shards, args.workers, args.seed)
+    info = convert(src, Path(args.data_dir), args.train_shards, args.val_shards, args.workers, args.seed)
     print(
         f"wrote {info['train_examples']} train and {info['validation_examples']} validation images "
-        f"of {len(info['classes'])} classes to {args.out}"
+        f"of {len(info['classes'])} classes to {args.data_dir}"
     )
 
 

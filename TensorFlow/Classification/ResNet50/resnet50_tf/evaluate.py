@@ -1,6 +1,6 @@
 """Top-1 / top-5 accuracy of a checkpoint on the validation TFRecords.
 
-python -m resnet50_tf.evaluate --checkpoint results/run1 --data-dir /data/tfrecords
+python -m resnet50_tf.evaluate --checkpoint results/run1 --data-dir /data/tfrecords --amp bf16
 """
 
 from __future__ import annotations
@@ -9,6 +9,13 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
+
+from zoo.cli import AMP_CHOICES
+from zoo.cli import parse_args as parse_shared_args
+
+# Model-specific old spellings (zoo.cli knows the shared ones)
+RENAMED = {"--out": "--results-dir (the metrics go to RESULTS_DIR/eval.json)"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -18,15 +25,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--checkpoint", required=True, help="run directory, checkpoint prefix, or Keras-Applications .h5"
     )
-    p.add_argument("--data-dir", help="TFRecord folder with validation-* shards and dataset.json")
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get("DATA_DIR"),
+        help="TFRecord folder with validation-* shards and dataset.json ($DATA_DIR)",
+    )
     p.add_argument(
         "--synthetic", action="store_true", help="random images: checks the checkpoint loads and runs"
     )
     p.add_argument("--batch-size", type=int, default=128, help="per-replica batch")
     p.add_argument("--image-size", type=int, help="default: the run's (run.json), else 224")
-    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
-    p.add_argument("--out", help="also write the metrics as JSON here")
-    args = p.parse_args(argv)
+    p.add_argument("--amp", choices=AMP_CHOICES, default="fp32", help="mixed precision of the forward pass")
+    p.add_argument(
+        "--results-dir",
+        default=os.environ.get("RESULTS_DIR"),
+        help="also write the metrics to RESULTS_DIR/eval.json ($RESULTS_DIR; default: print only)",
+    )
+    args = parse_shared_args(p, argv, renamed=RENAMED)
     if not args.data_dir and not args.synthetic:
         p.error("--data-dir is required unless --synthetic")
     return args
@@ -58,7 +73,7 @@ def main(argv=None) -> dict:
             f"checkpoint has {run.get('num_classes')} classes but {args.data_dir} has {info.num_classes}"
         )
     image_size = args.image_size or run.get("image_size", 224)
-    set_precision(args.precision)
+    set_precision(args.amp)
     with runtime.strategy.scope():
         variant = dict(variant="v1", input_mode="caffe") if keras_h5 else {}
         model = resnet50(info.num_classes, image_size=image_size, **variant)
@@ -70,9 +85,11 @@ def main(argv=None) -> dict:
         metrics = evaluate_model(runtime, eval_step, info, args.batch_size, image_size)
     line = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
     print(line)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(line + "\n")
+    if args.results_dir:
+        from zoo.checkpoints import atomic_write
+
+        with atomic_write(Path(args.results_dir) / "eval.json") as tmp:
+            tmp.write_text(line + "\n")
     return metrics
 
 

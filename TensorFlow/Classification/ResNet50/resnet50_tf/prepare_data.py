@@ -2,10 +2,11 @@
 fetch them), or the small digits set (scikit-learn's 8x8 digits upscaled) for a CPU try-out.
 
     python -m resnet50_tf.prepare_data --train-tar ILSVRC2012_img_train.tar --val-tar ILSVRC2012_img_val.tar \
-        --devkit ILSVRC2012_devkit_t12.tar.gz --out /data/imagenet
-    python -m resnet50_tf.prepare_data --digits --out /tmp/digits
+        --devkit ILSVRC2012_devkit_t12.tar.gz --data-dir /data/imagenet
+    python -m resnet50_tf.prepare_data --digits --data-dir /tmp/digits
 
---out gets folders/ (train/<wnid>/, val/<wnid>/) and tfrecords/ (what train.sh --data-dir reads).
+--data-dir gets the TFRecords (what train.sh, evaluate.sh and deploy_triton.sh --data-dir read) and,
+under --folders-dir (default DATA_DIR/folders), the image folders train/<wnid>/ and val/<wnid>/.
 Synthetic data needs nothing: pass --synthetic to train.sh or benchmark.sh.
 """
 
@@ -15,13 +16,20 @@ import argparse
 import os
 from pathlib import Path
 
+from zoo.cli import parse_args
+
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(
         prog="download_data.sh",
         description="ImageNet tarballs (verified, laid out, converted) or the digits set -> TFRecords.",
     )
-    p.add_argument("--out", help="output folder: folders/ and tfrecords/ are written in it")
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get("DATA_DIR"),
+        help="output: the TFRecord folder that train.sh --data-dir reads ($DATA_DIR)",
+    )
+    p.add_argument("--folders-dir", help="the image folders train/ and val/ (default: DATA_DIR/folders)")
     p.add_argument("--synthetic", action="store_true", help="nothing to download: say so and exit")
     p.add_argument("--digits", action="store_true", help="the small digits set instead of ImageNet")
     p.add_argument("--image-size", type=int, default=32, help="digits image size")
@@ -32,14 +40,14 @@ def main(argv=None) -> None:
     p.add_argument("--train-shards", type=int, default=1024)
     p.add_argument("--val-shards", type=int, default=128)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    args = p.parse_args(argv)
+    args = parse_args(p, argv, renamed={"--out": "--data-dir"})
     if args.synthetic:
         print("synthetic data needs no download: pass --synthetic to train.sh or benchmark.sh")
         return
-    if not args.out:
-        p.error("--out is required")
-    out = Path(args.out)
-    folders = out / "folders"
+    if not args.data_dir:
+        p.error("--data-dir (or $DATA_DIR) is required")
+    out = Path(args.data_dir)
+    folders = Path(args.folders_dir) if args.folders_dir else out / "folders"
     if args.digits:
         from zoo.datasets import make_digits_imagefolder
 
@@ -57,9 +65,9 @@ def main(argv=None) -> None:
         shards = (args.train_shards, args.val_shards)
     from resnet50_tf.convert_tfrecords import convert
 
-    info = convert(folders, out / "tfrecords", shards[0], shards[1], args.workers)
+    info = convert(folders, out, shards[0], shards[1], args.workers)
     print(
-        f"{out / 'tfrecords'}: {info['train_examples']} train, {info['validation_examples']} validation images, "
+        f"{out}: {info['train_examples']} train, {info['validation_examples']} validation images, "
         f"{len(info['classes'])} classes"
     )
 

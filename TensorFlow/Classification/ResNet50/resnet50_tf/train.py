@@ -1,12 +1,13 @@
 """Train ResNet-50 v1.5 with a recipe: tf.distribute (or Horovod), mixed precision, XLA, exact resume.
 
-    python -m resnet50_tf.train --config configs/resnet50_1gpu_90ep.yaml --data-dir /data/tfrecords \
-        --results-dir results/run1 --precision bf16
+    python -m resnet50_tf.train --recipe configs/resnet50_1gpu_90ep.yaml --data-dir /data/tfrecords \
+        --results-dir results/run1 --amp bf16
 
 The run directory holds `run.json` (model and data description), `checkpoints/` (tf.train.Checkpoint
 of model, optimizer, loss scale and global step, written every epoch and every --checkpoint-steps),
-and `metrics.jsonl`. Re-running the same command resumes from the newest checkpoint; the resumed run
-sees the same batches and ends with the same weights as an unbroken one.
+and `metrics.jsonl`. `--resume auto` continues from the newest checkpoint; the resumed run sees the
+same batches and ends with the same weights as an unbroken one. Without `--resume`, a results dir
+that already holds a checkpoint is an error (nothing is overwritten unasked).
 """
 
 from __future__ import annotations
@@ -19,28 +20,35 @@ import sys
 import time
 from pathlib import Path
 
+from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
+from zoo.cli import parse_args as parse_shared_args
+
 MODEL_DIR = Path(__file__).resolve().parents[1]
+DEFAULT_RECIPE = MODEL_DIR / "configs" / "resnet50_1gpu_90ep.yaml"
+DATA_HELP = "TFRecord folder: dataset.json + train-*/validation-* shards ($DATA_DIR)"
+# --amp values -> Keras dtype policies
 PRECISIONS = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 DATA_BACKENDS = ("tfdata", "dali", "synthetic")
+# Flags that override a recipe key (a flag given as 0 reaches the range checks, it is not dropped).
+FLAG_TO_RECIPE = {
+    "batch_size": "batch_size_per_gpu",
+    "epochs": "epochs",
+    "image_size": "data.image_size",
+    "target_top1": "target_top1",
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    """The training flags: zoo.cli's shared ones, then this model's; old spellings end in one line."""
     p = argparse.ArgumentParser(
         prog="train.sh",
         description="Train ResNet-50 v1.5 (TensorFlow 2 / Keras) from a recipe; flags override the recipe.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument(
-        "--config", default=str(MODEL_DIR / "configs" / "resnet50_1gpu_90ep.yaml"), help="recipe YAML"
-    )
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="recipe override, e.g. epochs=5"
-    )
-    p.add_argument("--data-dir", help="TFRecord folder (scripts/convert_tfrecords.sh writes one)")
+    add_run_args(p, default_recipe=DEFAULT_RECIPE, data_help=DATA_HELP)
+    add_target_arg(p, "top1", unit="% validation top-1", example=75.9)
     p.add_argument("--data-backend", choices=DATA_BACKENDS, default="tfdata")
     p.add_argument("--synthetic", action="store_true", help="same as --data-backend synthetic")
-    p.add_argument("--results-dir", default="results", help="checkpoints, metrics.jsonl, run.json")
-    p.add_argument("--precision", choices=sorted(PRECISIONS), help="default: the recipe's")
     p.add_argument(
         "--xla", action="store_true", help="compile the forward/backward pass with XLA (jit_compile)"
     )
@@ -55,10 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--checkpoint-steps", type=int, default=0, help="also checkpoint every N steps (0: per epoch)"
     )
     p.add_argument("--keep-checkpoints", type=int, default=3)
-    p.add_argument("--no-resume", action="store_true", help="start fresh even if results-dir has checkpoints")
     p.add_argument("--init-checkpoint", help="start from these weights (a run dir, checkpoint or .h5)")
     p.add_argument("--no-eval", action="store_true", help="skip validation after each epoch")
-    p.add_argument("--target-top1", type=float, help="stop when validation top-1 (%%) reaches this")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--deterministic", action="store_true", help="deterministic kernels (bit-exact reruns; slower on GPU)"
@@ -69,13 +75,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="PATH",
         help="at the end, every worker writes its weights to PATH ({worker} = index)",
     )
-    args = p.parse_args(argv)
+    args = parse_shared_args(p, argv)
     if args.synthetic:
         args.data_backend = "synthetic"
     if args.deterministic and args.xla:
         p.error("--deterministic and --xla cannot be combined: XLA has no deterministic max-pool gradient")
     if args.data_backend != "synthetic" and not args.data_dir:
-        p.error("--data-dir is required unless --synthetic")
+        p.error("--data-dir (or $DATA_DIR) is required unless --synthetic")
     return args
 
 
@@ -85,24 +91,41 @@ def set_precision(precision: str) -> None:
     keras.mixed_precision.set_global_policy(PRECISIONS[precision])
 
 
-def _settings(args, recipe: dict) -> dict:
+def _settings(recipe: dict) -> dict:
+    """The recipe's run settings (flags already applied by recipe_from_args), range-checked."""
     data = recipe.get("data", {})
+    target = recipe.get("target_top1")
     s = {
-        "precision": args.precision or recipe.get("precision", "fp32"),
-        "batch_size": args.batch_size or int(recipe["batch_size_per_gpu"]),
-        "epochs": args.epochs or int(recipe["epochs"]),
-        "image_size": args.image_size or int(data.get("image_size", 224)),
+        "amp": recipe.get("amp", "fp32"),
+        "batch_size": int(recipe["batch_size_per_gpu"]),
+        "epochs": int(recipe["epochs"]),
+        "image_size": int(data.get("image_size", 224)),
+        "target_top1": None if target is None else float(target),
         "label_smoothing": float(recipe.get("label_smoothing", 0.0)),
         "zero_init_residual": bool(recipe.get("zero_init_residual", False)),
         "min_crop_area": float(data.get("min_crop_area", 0.08)),
     }
-    if s["precision"] not in PRECISIONS:
-        raise SystemExit(f"unknown precision {s['precision']!r} (one of {', '.join(PRECISIONS)})")
-    for key in ("batch_size", "epochs", "image_size"):
-        if s[key] < 1:
-            raise SystemExit(f"{key} must be >= 1, got {s[key]}")
-    recipe["epochs"] = s["epochs"]
+    if s["amp"] not in PRECISIONS:
+        raise SystemExit(f"error: recipe amp {s['amp']!r} is not one of {', '.join(PRECISIONS)}")
+    if s["batch_size"] < 1:  # zoo.recipe range-checks epochs and image_size; this key is ours
+        raise SystemExit(f"error: batch_size_per_gpu must be a positive integer, not {s['batch_size']}")
     return s
+
+
+def resume_checkpoint(resume: str | None, results_dir: Path) -> str | None:
+    """The checkpoint prefix a run continues from (``--resume {auto,PATH,none}``), or None for a new run.
+
+    PATH is a run directory, its checkpoints/ directory or a checkpoint prefix (``.../ckpt-6``).
+    """
+    from resnet50_tf.checkpoint import find_checkpoint
+
+    if resume not in (None, "auto", "none") and Path(resume + ".index").is_file():
+        return resume  # a prefix names files (ckpt-6.index, ckpt-6.data-*), not a path of its own
+    # CheckpointManager's index file: it exists once a checkpoint has been saved
+    found = resolve_resume(resume, results_dir / "checkpoints" / "checkpoint")
+    if found is None:
+        return None
+    return find_checkpoint(found.parent if found.name == "checkpoint" else found)[0]
 
 
 def build_step_functions(runtime, model, optimizer, global_batch: int, label_smoothing: float, xla: bool):
@@ -183,8 +206,10 @@ def build_step_functions(runtime, model, optimizer, global_batch: int, label_smo
 
 
 def evaluate_model(runtime, eval_step, info, batch_size: int, image_size: int) -> dict:
-    """Top-1 / top-5 (%) over the whole validation split, summed over every replica and worker."""
+    """Top-1 / top-5 (%) over the whole validation split, summed over every replica and worker; the
+    chief draws a progress line (batches done/total, images/s) on the console."""
     import numpy as np
+    from zoo.log import MetricsLogger
 
     from resnet50_tf.data import build_eval_dataset
 
@@ -196,9 +221,13 @@ def evaluate_model(runtime, eval_step, info, batch_size: int, image_size: int) -
         return build_eval_dataset(info, batch_size, image_size, input_context=ctx)
 
     dist = runtime.strategy.distribute_datasets_from_function(dataset_fn)
+    batches = max(1, math.ceil(info.val_examples / (batch_size * runtime.num_replicas)))
     totals = np.zeros(3)
-    for batch in dist:
-        totals += eval_step(batch).numpy()
+    with MetricsLogger(None, enabled=runtime.is_chief, total_steps=batches, desc="eval") as progress:
+        for done, batch in enumerate(dist, 1):
+            sums = eval_step(batch).numpy()
+            totals += sums
+            progress.progress(done, items=int(sums[2]), metrics={"top1": 100 * totals[0] / max(totals[2], 1)})
     top1, topk, count = totals
     if count == 0:
         raise SystemExit(f"the validation split of {info.data_dir} is empty")
@@ -225,10 +254,8 @@ def _save(runtime, manager, step: int) -> None:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    from zoo.recipe import load_recipe, parse_overrides
-
-    recipe = load_recipe(args.config, parse_overrides(args.set))
-    settings = _settings(args, recipe)
+    recipe = recipe_from_args(args, FLAG_TO_RECIPE)
+    settings = _settings(recipe)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     from resnet50_tf.distribute import make_runtime
@@ -247,8 +274,9 @@ def main(argv=None) -> dict:
     keras.utils.set_random_seed(args.seed)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
-    set_precision(settings["precision"])
+    set_precision(settings["amp"])
     results_dir = Path(args.results_dir)
+    resume_from = resume_checkpoint(args.resume, results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
 
     info = None
@@ -277,19 +305,18 @@ def main(argv=None) -> dict:
         model = resnet50(
             len(classes), image_size=settings["image_size"], zero_init_residual=settings["zero_init_residual"]
         )
-        optimizer = build_optimizer(recipe, steps_per_epoch, global_batch, settings["precision"])
+        optimizer = build_optimizer(recipe, steps_per_epoch, global_batch, settings["amp"])
         optimizer.build(model.trainable_variables)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, global_step=global_step)
     manager = _checkpoint_manager(runtime, checkpoint, results_dir, args.keep_checkpoints)
-    chief_latest = tf.train.latest_checkpoint(str(results_dir / "checkpoints"))
-    if chief_latest and not args.no_resume:
+    if resume_from:
         try:
-            checkpoint.restore(chief_latest).assert_existing_objects_matched()
+            checkpoint.restore(resume_from).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise SystemExit(
-                f"cannot resume from {chief_latest} (another model, precision or optimizer?): "
-                f"{str(e).splitlines()[0][:200]}; use --no-resume or another --results-dir"
+                f"error: cannot resume from {resume_from} (another model, --amp or optimizer?): "
+                f"{str(e).splitlines()[0][:200]}; use --resume none or another --results-dir"
             ) from None
     elif args.init_checkpoint:
         restore_weights(model, args.init_checkpoint)
@@ -299,7 +326,7 @@ def main(argv=None) -> dict:
         "num_classes": len(classes),
         "classes": classes,
         "image_size": settings["image_size"],
-        "precision": settings["precision"],
+        "amp": settings["amp"],
         "recipe": recipe,
         "global_batch": global_batch,
         "replicas": replicas,
@@ -350,7 +377,7 @@ def main(argv=None) -> dict:
         str(results_dir / "metrics.jsonl"), enabled=runtime.is_chief, total_steps=last_step, desc="train"
     )
     if step:
-        print(f"resumed from {chief_latest} at step {step}", file=sys.stderr)
+        print(f"resumed from {resume_from} at step {step}", file=sys.stderr)
     summary = {"global_batch": global_batch, "steps": step}
     broadcast_done = runtime.hvd is None
     stop = step >= last_step
@@ -397,8 +424,9 @@ def main(argv=None) -> dict:
                 metrics = evaluate_model(runtime, eval_step, info, batch, settings["image_size"])
                 logger.log(step, metrics, units={"top1": "%", "top5": "%"}, phase="val")
                 summary.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
-                if args.target_top1 is not None and metrics["top1"] >= args.target_top1:
-                    print(f"reached target top-1 {args.target_top1}% at step {step}", file=sys.stderr)
+                target = settings["target_top1"]
+                if target is not None and metrics["top1"] >= target:
+                    print(f"reached target top-1 {target}% at step {step}", file=sys.stderr)
                     stop = True
     summary["steps"] = step
     if args.dump_weights:  # lets a multi-worker run be checked: every worker must hold the same weights

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Training and inference throughput (img/s) and latency percentiles, JSON report (zoo.bench).
+# Training and inference throughput (img/s) and latency percentiles; --amp {bf16,fp16,fp32};
+# --output FILE writes the JSON report (zoo.bench).
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:$PYTHONPATH}"

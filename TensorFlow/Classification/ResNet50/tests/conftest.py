@@ -47,7 +47,7 @@ def trained_run(digits_tfrecords, tmp_path_factory):
     from resnet50_tf.train import main
 
     run = tmp_path_factory.mktemp("trained")
-    args = ["--config", MODEL_DIR / "configs" / "digits_cpu.yaml", "--data-dir", digits_tfrecords]
+    args = ["--recipe", MODEL_DIR / "configs" / "digits_cpu.yaml", "--data-dir", digits_tfrecords]
     args += ["--results-dir", run, "--epochs", 3, "--log-every", 11]
     before = keras.mixed_precision.global_policy().name
     summary = main([str(a) for a in args])

@@ -92,11 +92,11 @@ def test_evaluate_reports_accuracy(trained_run, digits_tfrecords, tmp_path):
 
     run, summary = trained_run
     metrics = main(
-        ["--checkpoint", str(run), "--data-dir", str(digits_tfrecords), "--out", str(tmp_path / "m.json")]
+        ["--checkpoint", str(run), "--data-dir", str(digits_tfrecords), "--results-dir", str(tmp_path)]
     )
     assert metrics["images"] == 359
     assert metrics["top1"] == pytest.approx(summary["val_top1"], abs=1e-6)
-    assert json.loads((tmp_path / "m.json").read_text())["images"] == 359
+    assert json.loads((tmp_path / "eval.json").read_text())["images"] == 359
 
 
 def test_deploy_without_repository(tmp_path):

@@ -35,7 +35,7 @@ def test_two_workers_end_with_identical_weights(digits_tfrecords, tmp_path):
             sys.executable,
             "-m",
             "resnet50_tf.train",
-            "--config",
+            "--recipe",
             str(MODEL_DIR / "configs/digits_cpu.yaml"),
         ]
         cmd += [

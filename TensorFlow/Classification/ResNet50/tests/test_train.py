@@ -13,7 +13,7 @@ CONFIG = "configs/digits_cpu.yaml"
 def _train(model_dir, *args):
     from resnet50_tf.train import main
 
-    return main(["--config", str(model_dir / CONFIG), *map(str, args)])
+    return main(["--recipe", str(model_dir / CONFIG), *map(str, args)])
 
 
 def _state(run_dir, number=None):
@@ -59,15 +59,15 @@ def _train_process(*args) -> str:
     # One thread per pool: the same reduction order in every run, however loaded the machine is.
     env = dict(os.environ, PYTHONPATH=str(MODEL_DIR), TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
     env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
-    cmd = [sys.executable, "-m", "resnet50_tf.train", "--config", str(MODEL_DIR / CONFIG), *map(str, args)]
+    cmd = [sys.executable, "-m", "resnet50_tf.train", "--recipe", str(MODEL_DIR / CONFIG), *map(str, args)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stderr
 
 
 def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
-    """Interrupted mid-epoch 2 (step 6 of 8), the same command again resumes from the checkpoint and
-    ends where an unbroken run ends: weights, batch-norm statistics and momentum.
+    """Interrupted mid-epoch 2 (step 6 of 8), the same command with --resume auto continues from the
+    checkpoint and ends where an unbroken run ends: weights, batch-norm statistics and momentum.
 
     With `--deterministic` and one thread per pool the resumed run equals the unbroken one exactly, idle
     or loaded (with `--deterministic` alone, multithreaded CPU kernels still drifted by up to 2% in
@@ -80,7 +80,7 @@ def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
     _train_process(*common, "--results-dir", tmp_path / "unbroken")
     first = _train_process(*common, "--results-dir", tmp_path / "resumed", "--max-steps", 6)
     assert "resumed from" not in first
-    second = _train_process(*common, "--results-dir", tmp_path / "resumed")
+    second = _train_process(*common, "--results-dir", tmp_path / "resumed", "--resume", "auto")
     assert f"resumed from {tmp_path / 'resumed' / 'checkpoints' / 'ckpt-6'} at step 6" in second
     a, b = _state(tmp_path / "unbroken"), _state(tmp_path / "resumed")
     assert a.keys() == b.keys() and len(a) >= 161 + 106 + 161  # weights, batch-norm statistics, momentum
@@ -96,25 +96,25 @@ def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
     assert _relative_distance(a, at_step_6, "optimizer/_variables/") > 1e-1
 
 
-@pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_mixed_precision_policies(digits_tfrecords, tmp_path, precision, policy):
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_mixed_precision_policies(digits_tfrecords, tmp_path, amp, policy):
     import keras
     import tensorflow as tf
 
-    run = tmp_path / precision
+    run = tmp_path / amp
     summary = _train(
-        MODEL_DIR, "--data-dir", digits_tfrecords, "--results-dir", run, "--precision", precision,
+        MODEL_DIR, "--data-dir", digits_tfrecords, "--results-dir", run, "--amp", amp,
         "--batch-size", 16, "--epochs", 1, "--steps-per-epoch", 3, "--no-eval", "--log-every", 1,
     )  # fmt: skip
     assert np.isfinite(summary["train_loss"])
-    expected = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[precision]
+    expected = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[amp]
     assert keras.mixed_precision.global_policy().name == expected
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(run / "checkpoints")))
     dtypes = reader.get_variable_to_dtype_map()
     floats = [k for k, d in dtypes.items() if d.is_floating]
     assert len(floats) > 400 and all(dtypes[k] == tf.float32 for k in floats)  # float32 master weights
     has_loss_scale = "optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE" in dtypes
-    assert has_loss_scale == (precision == "fp16")  # fp16: the dynamic loss scale is saved and resumed
+    assert has_loss_scale == (amp == "fp16")  # fp16: the dynamic loss scale is saved and resumed
 
 
 def test_xla_step_on_synthetic_data(tmp_path, policy):
