@@ -182,8 +182,12 @@ def _strip(key: str) -> str:
 
 def read_state_dict(path: str | Path) -> dict:
     """A state dict from a file: .safetensors, torch (.bin/.pt/.pth, ours or Hugging Face), .npz of
-    TF variables, or a TensorFlow checkpoint prefix (needs tensorflow)."""
+    TF variables, a TensorFlow checkpoint prefix, or Google's BERT .zip (the last two need tensorflow)."""
     path = Path(path)
+    if path.suffix == ".zip":
+        from bert.checkpoints import unpack_tf_zip
+
+        path = unpack_tf_zip(path)
     if path.suffix == ".index" or Path(str(path) + ".index").exists():
         return _read_tf_checkpoint(str(path.with_suffix("")) if path.suffix == ".index" else str(path))
     if not path.is_file():

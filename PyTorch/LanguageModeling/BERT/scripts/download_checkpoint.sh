@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Pull a pretrained BERT checkpoint by name from checkpoints.yaml (verified, resumable, cached).
-#   scripts/download_checkpoint.sh --list
-#   scripts/download_checkpoint.sh hf-bert-large-uncased [--cache-dir DIR]
+# This model's pretrained checkpoints (checkpoints.yaml beside scripts/), through zoo.checkpoints:
+#   scripts/download_checkpoint.sh list                          name, format, size, accuracy, description
+#   scripts/download_checkpoint.sh pull NAME [--cache-dir DIR]   download (resumed, verified), print the path
+# Files are cached in --cache-dir, else $ZOO_CACHE, else ~/.cache/zoo/checkpoints.
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
-exec "${PYTHON:-python}" -m bert.checkpoints "$@"
+exec "${PYTHON:-python}" -m zoo.checkpoints --registry "${MODEL_DIR}/checkpoints.yaml" \
+  --prog scripts/download_checkpoint.sh "$@"

@@ -87,6 +87,41 @@ def test_script_errors_are_one_line(tmp_path):
         .splitlines()[-1]
         .endswith("has no metadata.json: prepare it with scripts/download_data.sh")
     )
-    proc = sh("download_checkpoint.sh", "no-such-checkpoint")
+    proc = sh("download_checkpoint.sh", "pull", "no-such-checkpoint")
     assert proc.returncode != 0 and "unknown checkpoint 'no-such-checkpoint'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    proc = sh("download_checkpoint.sh", "hf-bert-large-uncased")  # the old spelling names the new one
+    assert proc.returncode != 0
+    assert proc.stderr.strip() == (
+        "error: 'hf-bert-large-uncased' is not a command: "
+        "use 'scripts/download_checkpoint.sh pull hf-bert-large-uncased'"
+    )
+
+
+def test_download_checkpoint_lists_the_registry():
+    proc = sh("download_checkpoint.sh", "list")
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
+    assert rows["hf-bert-large-uncased"][1:3] == ["safetensors", "-"]
+    assert rows["hf-bert-large-uncased-wwm-squad"][3:7] == ["f1", "93.15", "exact_match", "86.91"]
+    assert rows["google-bert-large-uncased"][1] == "zip"
+
+
+def test_google_zip_unpacks_to_its_checkpoint_prefix(tmp_path):
+    import zipfile
+
+    from bert.checkpoints import unpack_tf_zip
+    from zoo.checkpoints import CheckpointError
+
+    archive = tmp_path / "uncased_L-2_H-128_A-2.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "vocab.txt"):
+            zf.writestr(f"uncased_L-2_H-128_A-2/{name}", name)
+    prefix = unpack_tf_zip(archive)
+    assert prefix == tmp_path / "uncased_L-2_H-128_A-2" / "uncased_L-2_H-128_A-2" / "bert_model.ckpt"
+    assert (prefix.parent / "vocab.txt").read_text() == "vocab.txt"
+    assert unpack_tf_zip(archive) == prefix  # already unpacked: the same prefix, nothing extracted again
+    (tmp_path / "bad.zip").write_text("<html>Not Found</html>")
+    with pytest.raises(CheckpointError, match="not a zip archive"):
+        unpack_tf_zip(tmp_path / "bad.zip")
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.partial").exists()
