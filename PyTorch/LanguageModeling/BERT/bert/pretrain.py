@@ -12,24 +12,35 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import os
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from zoo.checkpoints import CheckpointError, atomic_write
-from zoo.dist import get_dist_env
+from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
+from zoo.cli import parse_args as parse_cli_args
 from zoo.log import MetricsLogger
-from zoo.recipe import load_recipe, parse_overrides
+from zoo.torch import (
+    autocast,
+    check_replicas_agree,
+    close_distributed,
+    distributed_model,
+    fast_math,
+    grad_scaler,
+    init_distributed,
+    parameter_groups,
+    seed_everything,
+)
 
 from bert import convert
-from bert.data import PretrainingBatches, PretrainingData, SampleSpec, SyntheticBatches
-from bert.lamb import Lamb, lamb_implementation, parameter_groups, warmup_poly_schedule
+from bert.data import PretrainingBatches, PretrainingData, SampleSpec, SyntheticBatches, collate
+from bert.lamb import Lamb, lamb_implementation, warmup_poly_schedule
 from bert.model import BertForPreTraining, bert_config, parameter_count, pretraining_loss
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-# flag -> recipe key; a flag left unset keeps the recipe's value
+CHECKPOINT_NAME = "checkpoint.pt"
+# flag -> recipe key; a flag left unset keeps the recipe's value (zoo.cli maps --amp to amp)
 FLAG_KEYS = {
     "model": "model",
     "steps": "steps",
@@ -37,13 +48,17 @@ FLAG_KEYS = {
     "accumulation": "accumulation",
     "lr": "optimizer.lr",
     "warmup": "schedule.warmup",
-    "amp": "amp",
+    "compile": "compile",
     "seed": "seed",
     "checkpoint_every": "checkpoint_every",
     "log_every": "log_every",
+    "eval_every": "eval_every",
     "loader_workers": "loader_workers",
     "max_seq": "max_seq",
+    "target_mlm_accuracy": "target_mlm_accuracy",
 }
+# this entry point's own old spellings (zoo.cli rejects --config, --no-resume, ... for every model)
+RENAMED = {"--target-mlm-loss": "--target-mlm-accuracy (a fraction, e.g. 0.720)"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,22 +66,24 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="python -m bert.pretrain",
         description="BERT pretraining with LAMB; run under torchrun for several GPUs or nodes.",
     )
-    p.add_argument("--recipe", default=str(CONFIG_DIR / "pretrain_phase1_8gpu.yaml"), help="recipe YAML")
-    data = p.add_mutually_exclusive_group()
-    data.add_argument("--data-dir", help="prepared samples (python -m bert.data prepare)")
-    data.add_argument("--synthetic", action="store_true", help="random full-length samples (speed only)")
-    p.add_argument("--results-dir", default="results/pretrain", help="checkpoint.pt, model.pt, metrics.jsonl")
-    p.add_argument("--init-checkpoint", help="start from these weights (phase 1 -> 2 hand-off, HF, Google)")
-    p.add_argument(
-        "--no-resume", dest="resume", action="store_false", help="ignore results-dir/checkpoint.pt"
+    add_run_args(
+        p,
+        default_recipe=CONFIG_DIR / "pretrain_phase1_1gpu.yaml",
+        data_help="prepared samples (scripts/download_data.sh prepare; $DATA_DIR)",
     )
+    add_target_arg(p, "mlm_accuracy", unit="a fraction of the masked tokens, MLPerf's unit", example=0.720)
+    p.add_argument("--synthetic", action="store_true", help="random full-length samples (speed only)")
+    p.add_argument(
+        "--eval-data-dir",
+        help="prepared held-out samples for the MLM accuracy (default: the first eval_samples of --data-dir)",
+    )
+    p.add_argument("--init-checkpoint", help="start from these weights (phase 1 -> 2 hand-off, HF, Google)")
     p.add_argument("--model", help="bert-large, bert-base or bert-tiny")
     p.add_argument("--steps", type=int, help="optimizer steps of the whole phase")
     p.add_argument("--batch-size", type=int, help="samples per process per micro-step")
     p.add_argument("--accumulation", type=int, help="micro-steps per optimizer step")
     p.add_argument("--lr", type=float)
     p.add_argument("--warmup", type=float, help="warm-up: fraction of steps (<1) or a step count")
-    p.add_argument("--amp", choices=["bf16", "fp16", "fp32"])
     p.add_argument(
         "--compile", action=argparse.BooleanOptionalAction, default=None,
         help="torch.compile (the recipe's `compile` may also name a mode: reduce-overhead = CUDA graphs)",
@@ -76,35 +93,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vocab-size", type=int, default=30522, help="synthetic data only")
     p.add_argument("--checkpoint-every", type=int, help="optimizer steps between checkpoints")
     p.add_argument("--log-every", type=int)
+    p.add_argument("--eval-every", type=int, help="optimizer steps between MLM accuracy evaluations")
     p.add_argument("--loader-workers", type=int)
-    p.add_argument("--target-mlm-loss", type=float, help="stop once the logged MLM loss is at or below this")
     p.add_argument("--stop-after", type=int, help="leave after this many steps of this run (resume later)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any recipe key")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
-    return p.parse_args(argv)
+    return parse_cli_args(p, argv, renamed=RENAMED)
 
 
 def build_recipe(args) -> dict:
-    overrides = parse_overrides(args.set)
-    for flag, key in FLAG_KEYS.items():
-        if getattr(args, flag) is not None:
-            overrides[key] = getattr(args, flag)
-    if args.compile is not None:
-        overrides["compile"] = args.compile
-    return load_recipe(args.recipe, overrides)
-
-
-def init_distributed(device_kind: str):
-    env = get_dist_env()
-    if env.world_size > 1 and not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", env.master_addr)
-        os.environ.setdefault("MASTER_PORT", str(env.master_port))
-        backend = "nccl" if device_kind == "cuda" else "gloo"
-        dist.init_process_group(backend, rank=env.rank, world_size=env.world_size)
-    if device_kind == "cuda":
-        torch.cuda.set_device(env.local_rank)
-        return env, torch.device("cuda", env.local_rank)
-    return env, torch.device("cpu")
+    recipe = recipe_from_args(args, FLAG_KEYS)
+    target = recipe.get("target_mlm_accuracy")
+    if target is not None and not 0 < target <= 1:
+        raise SystemExit(f"error: target_mlm_accuracy {target} is not a fraction in (0, 1] (MLPerf's 0.720)")
+    return recipe
 
 
 def build_batches(args, recipe: dict, env):
@@ -129,8 +130,51 @@ def build_batches(args, recipe: dict, env):
     return batches, data.spec, data.specials.vocab_size
 
 
+def build_eval_batches(path, recipe: dict, env) -> list[dict]:
+    """This rank's share of the first ``eval_samples`` samples of epoch 0's stream of ``path``, in
+    micro-batches: masks are drawn from the seed, so every evaluation of every run sees the same set."""
+    data = PretrainingData(path, seed=recipe["seed"])
+    if data.spec.max_seq != recipe["max_seq"]:
+        raise SystemExit(
+            f"recipe max_seq {recipe['max_seq']} but {path} holds {data.spec.max_seq}-token samples"
+        )
+    count = min(recipe["eval_samples"], len(data))
+    size = recipe["batch_size"]
+    firsts = range(0, count, size)[env.rank :: env.world_size]
+    return [collate([data.sample(0, i) for i in range(f, min(f + size, count))], nsp=False) for f in firsts]
+
+
+@torch.no_grad()
+def mlm_accuracy(model, batches: list[dict], device, amp: str, env) -> float:
+    """The fraction of masked tokens whose most likely prediction is the original token, over every
+    rank's evaluation batches (MLPerf's BERT quality metric). Shows a progress line on the primary."""
+    progress = MetricsLogger(None, enabled=env.is_primary, total_steps=len(batches), desc="eval mlm accuracy")
+    model.eval()
+    counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, masked
+    for index, batch in enumerate(batches, 1):
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items() if k != "sequences"}
+        with autocast(device, amp):
+            logits, _ = model(
+                batch["input_ids"],
+                batch["token_type_ids"],
+                seq_ids=batch["seq_ids"],
+                mlm_positions=batch["mlm_positions"],
+                next_sentence=False,
+            )
+        labels = batch["mlm_labels"]
+        masked = labels != -100
+        counts[0] += ((logits.argmax(-1) == labels) & masked).sum()
+        counts[1] += masked.sum()
+        progress.progress(index, len(labels) * env.world_size)
+    progress.close()
+    if dist.is_initialized():
+        dist.all_reduce(counts)
+    model.train()
+    return float(counts[0] / counts[1].clamp(min=1))
+
+
 def build_model(recipe: dict, vocab_size: int, nsp: bool, init_checkpoint: str | None) -> BertForPreTraining:
-    torch.manual_seed(recipe["seed"])
+    seed_everything(recipe["seed"])
     model = BertForPreTraining(bert_config(recipe["model"], vocab_size=vocab_size))
     if init_checkpoint:
         try:
@@ -178,7 +222,7 @@ def save_checkpoint(path: Path, model, optimizer, schedule, scaler, step: int, r
         "config": dataclasses.asdict(model.config),
         "optimizer": optimizer.state_dict(),
         "schedule": schedule.state_dict(),
-        "scaler": scaler.state_dict() if scaler is not None else None,
+        "scaler": scaler.state_dict(),
         "step": step,
         "recipe": recipe,
     }
@@ -192,7 +236,7 @@ def load_checkpoint(path: Path, model, optimizer, schedule, scaler) -> int:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
-        if scaler is not None and state.get("scaler"):
+        if state.get("scaler"):  # saved by an fp16 run
             scaler.load_state_dict(state["scaler"])
         return int(state["step"])
     except Exception as e:
@@ -225,8 +269,8 @@ def compile_mode_of(value) -> str | None:
     return value
 
 
-def forward_loss(model, batch: dict, amp_dtype, device_type: str, nsp: bool):
-    with torch.autocast(device_type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+def forward_loss(model, batch: dict, device, amp: str, nsp: bool):
+    with autocast(device, amp):
         mlm_logits, nsp_logits = model(
             batch["input_ids"],
             batch["token_type_ids"],
@@ -241,20 +285,36 @@ def forward_loss(model, batch: dict, amp_dtype, device_type: str, nsp: bool):
 def main(argv=None) -> None:
     args = parse_args(argv)
     recipe = build_recipe(args)
-    device_kind = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    env, device = init_distributed(device_kind)
     results = Path(args.results_dir)
+    checkpoint_path = results / CHECKPOINT_NAME
+    resume_from = resolve_resume(args.resume, checkpoint_path)
+    env, device = init_distributed(args.device)
+    fast_math(device)
     batches, spec, vocab_size = build_batches(args, recipe, env)
+    eval_batches = None
+    if not args.synthetic:
+        eval_dir = args.eval_data_dir or args.data_dir
+        if args.eval_data_dir is None and env.is_primary:
+            print(
+                f"MLM accuracy on the first {recipe['eval_samples']} training samples "
+                "(--eval-data-dir: held-out ones)",
+                flush=True,
+            )
+        eval_batches = build_eval_batches(eval_dir, recipe, env)
+    target = recipe.get("target_mlm_accuracy")
+    if target is not None and eval_batches is None:
+        raise SystemExit("error: --target-mlm-accuracy needs prepared data (--data-dir), not --synthetic")
     model = build_model(recipe, vocab_size, spec.nsp, args.init_checkpoint).to(device)
 
-    bf16_weights = weights_of(recipe, recipe["amp"], env)
+    amp = recipe["amp"]
+    bf16_weights = weights_of(recipe, amp, env)
     opt_cfg = recipe["optimizer"]
     try:
         implementation = lamb_implementation(opt_cfg.get("implementation", "auto"), device)
     except ValueError as e:
         raise SystemExit(f"recipe optimizer.implementation: {e}") from None
     optimizer = Lamb(
-        parameter_groups(model, opt_cfg["weight_decay"]),
+        parameter_groups(model, opt_cfg["weight_decay"], adapt=True),  # LAMB: no trust ratio undecayed
         lr=opt_cfg["lr"],
         betas=tuple(opt_cfg.get("betas", (0.9, 0.999))),
         eps=opt_cfg.get("eps", 1e-6),
@@ -269,21 +329,17 @@ def main(argv=None) -> None:
         warmup=recipe["schedule"]["warmup"],
         power=recipe["schedule"]["decay_power"],
     )
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[recipe["amp"]]
-    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
+    scaler = grad_scaler(device, amp)
 
     step = 0
-    checkpoint_path = results / "checkpoint.pt"
-    if args.resume and checkpoint_path.is_file():
-        step = load_checkpoint(checkpoint_path, model, optimizer, schedule, scaler)
+    if resume_from is not None:
+        step = load_checkpoint(resume_from, model, optimizer, schedule, scaler)
     if bf16_weights:
         model.to(torch.bfloat16)
 
     train_model = model
-    if env.world_size > 1:
-        train_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
-        )
+    if env.world_size > 1:  # no static graph: DDP's static-graph mode breaks under no_sync accumulation
+        train_model = distributed_model(model, device, static_graph=False)
     compile_mode = compile_mode_of(recipe.get("compile"))
     if compile_mode == "reduce-overhead" and (env.world_size > 1 or device.type != "cuda"):
         if env.is_primary:
@@ -296,9 +352,6 @@ def main(argv=None) -> None:
     # which later micro-steps accumulate into and zero_grad zeroes instead of freeing.
     graphs = compile_mode == "reduce-overhead"
     own_grads = not graphs or bf16_weights  # bf16 weights: the gradients go into LAMB's fp32 sums
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
 
     accumulation = recipe["accumulation"]
     steps_this_run = total_steps - step
@@ -307,16 +360,12 @@ def main(argv=None) -> None:
     log = MetricsLogger(
         str(results / "metrics.jsonl"), enabled=env.is_primary, total_steps=total_steps, desc="pretrain"
     )
-    log.event(
-        "run_start",
-        metadata={"step": step, "parameters": parameter_count(model), "world_size": env.world_size},
-    )
     if env.is_primary:
         global_batch = recipe["batch_size"] * accumulation * env.world_size
         print(
             f"{recipe['model']} ({parameter_count(model) / 1e6:.1f}M parameters), seq {spec.max_seq}, "
             f"global batch {global_batch} = {recipe['batch_size']} x {accumulation} accumulation x {env.world_size} "
-            f"processes, {recipe['amp']}, steps {step}..{total_steps} on {device}",
+            f"processes, {amp}, steps {step}..{total_steps} on {device}",
             flush=True,
         )
     loader = micro_batches(
@@ -328,6 +377,7 @@ def main(argv=None) -> None:
     )
     model.train()
     log_every = recipe.get("log_every", 10)
+    eval_every = recipe["eval_every"]
     window_start, window_sequences, window_steps = time.perf_counter(), 0, 0
     loss_sum = torch.zeros((), device=device)
     mlm_sum = torch.zeros((), device=device)
@@ -347,9 +397,8 @@ def main(argv=None) -> None:
                 else contextlib.nullcontext()
             )
             with context:
-                loss, mlm = forward_loss(train_model, batch, amp_dtype, device.type, spec.nsp)
-                scaled = loss / accumulation
-                (scaler.scale(scaled) if scaler else scaled).backward()
+                loss, mlm = forward_loss(train_model, batch, device, amp, spec.nsp)
+                scaler.scale(loss / accumulation).backward()
             if bf16_weights:
                 optimizer.accumulate_grads()
             if not own_grads:
@@ -359,12 +408,9 @@ def main(argv=None) -> None:
                 own_grads = True
             loss_sum += loss.detach() / accumulation
             mlm_sum += mlm / accumulation
-        if scaler:
-            scaler.unscale_(optimizer)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=not graphs)
         schedule.step()
         step += 1
@@ -390,9 +436,13 @@ def main(argv=None) -> None:
             loss_sum.zero_()
             mlm_sum.zero_()
             window_start, window_sequences, window_steps = time.perf_counter(), 0, 0
-            if args.target_mlm_loss is not None and metrics["mlm_loss"] <= args.target_mlm_loss:
-                log.event("target_reached", metrics["mlm_loss"], metadata={"step": step})
+        if eval_batches is not None and (step % eval_every == 0 or last):
+            eval_began = time.perf_counter()
+            accuracy = mlm_accuracy(model, eval_batches, device, amp, env)
+            log.log(step, {"mlm_accuracy": accuracy}, phase="eval")
+            if target is not None and accuracy >= target:
                 last = True
+            window_start += time.perf_counter() - eval_began  # evaluation is not training time
         if env.is_primary and step % recipe["checkpoint_every"] == 0 and not last:
             save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
         if last:
@@ -407,22 +457,8 @@ def main(argv=None) -> None:
             torch.save(state, tmp)
         print(f"step {step}: checkpoint {checkpoint_path}, weights {results / 'model.pt'}", flush=True)
     log.close()
-    if dist.is_initialized():
-        check_replicas_agree(model, env)
-        dist.barrier()  # no rank tears the group down while another still uses it
-        dist.destroy_process_group()
-
-
-def check_replicas_agree(model, env) -> None:
-    """Every rank must end with the same weights; a cheap checksum per rank, compared on all."""
-    checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
-    gathered = [torch.zeros_like(checksum) for _ in range(env.world_size)]
-    dist.all_gather(gathered, checksum)
-    values = [g.item() for g in gathered]
-    if len(set(values)) != 1:
-        raise SystemExit(f"weights differ across ranks: checksums {values}")
-    if env.is_primary:
-        print(f"weights identical on all {env.world_size} ranks (checksum {values[0]:.10g})", flush=True)
+    check_replicas_agree(model, env)
+    close_distributed()
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(MODEL_DIR, "configs", "pretrain_tiny_cpu.yaml")
 
 
-def train_metrics(results):
+def train_metrics(results, phase="train"):
     records = [json.loads(line) for line in open(results / "metrics.jsonl")]
-    return {r["step"]: r["metrics"] for r in records if r.get("phase") == "train" and "metrics" in r}
+    return {r["step"]: r["metrics"] for r in records if r.get("phase") == phase and "metrics" in r}
 
 
 def run(data, results, *extra):
@@ -37,6 +37,10 @@ def test_tiny_bert_learns_english(phase1):
     assert first > 6.0  # ln(1000) = 6.9 at random
     assert last < first - 0.5, metrics
     assert metrics[40]["sequences_per_s"] > 0
+    accuracy = {step: m["mlm_accuracy"] for step, m in train_metrics(phase1, "eval").items()}
+    assert sorted(accuracy) == [10, 20, 30, 40]  # eval_every 10 in the tiny recipe
+    # 40 steps learn the most frequent tokens: far above chance (1 in the 1000-token vocabulary)
+    assert accuracy[40] > 0.02 and accuracy[40] >= accuracy[10], accuracy
 
 
 def test_resume_continues_exactly(packed_data, tmp_path):
@@ -44,7 +48,9 @@ def test_resume_continues_exactly(packed_data, tmp_path):
     run(packed_data, tmp_path / "whole", *args)
     run(packed_data, tmp_path / "broken", *args, "--stop-after", "4")
     assert torch.load(tmp_path / "broken" / "checkpoint.pt", weights_only=True)["step"] == 4
-    run(packed_data, tmp_path / "broken", *args)
+    with pytest.raises(SystemExit, match="checkpoint.pt exists: pass --resume auto to continue it"):
+        run(packed_data, tmp_path / "broken", *args)  # no --resume: finished work is never overwritten
+    run(packed_data, tmp_path / "broken", *args, "--resume", "auto")
     whole = torch.load(tmp_path / "whole" / "model.pt", weights_only=True)["model"]
     broken = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["model"]
     for key in whole:
@@ -104,7 +110,7 @@ def test_bf16_weights_learn_resume_exactly_and_save_fp32(packed_data, tmp_path):
     run(packed_data, tmp_path / "fp32", *args)
     run(packed_data, tmp_path / "whole", *args, "--set", "weights=bf16")
     run(packed_data, tmp_path / "broken", *args, "--set", "weights=bf16", "--stop-after", "4")
-    run(packed_data, tmp_path / "broken", *args, "--set", "weights=bf16")
+    run(packed_data, tmp_path / "broken", *args, "--set", "weights=bf16", "--resume", "auto")
     fp32, whole, broken = (train_metrics(tmp_path / name) for name in ("fp32", "whole", "broken"))
     assert whole[8]["mlm_loss"] < whole[4]["mlm_loss"] - 0.1, whole
     assert abs(whole[8]["mlm_loss"] - fp32[8]["mlm_loss"]) < 0.1, (whole, fp32)
@@ -148,7 +154,12 @@ def test_bad_inputs_are_one_line_errors(tmp_path, packed_data):
     (tmp_path / "r2").mkdir()
     (tmp_path / "r2" / "checkpoint.pt").write_bytes(b"truncated")
     with pytest.raises(SystemExit, match="cannot resume"):
-        run(packed_data, tmp_path / "r2")
+        run(packed_data, tmp_path / "r2", "--resume", "auto")
+    assert (tmp_path / "r2" / "checkpoint.pt").read_bytes() == b"truncated"
+    with pytest.raises(SystemExit, match="--resume missing.pt: no such checkpoint"):
+        run(packed_data, tmp_path / "r", "--resume", "missing.pt")
+    with pytest.raises(SystemExit, match=r"target_mlm_accuracy 72.0 is not a fraction in \(0, 1\]"):
+        run(packed_data, tmp_path / "r", "--target-mlm-accuracy", "72")
     with pytest.raises(SystemExit, match="nonsense"):
         run(packed_data, tmp_path / "r", "--set", "nonsense=1")
     with pytest.raises(
@@ -157,6 +168,34 @@ def test_bad_inputs_are_one_line_errors(tmp_path, packed_data):
         run(packed_data, tmp_path / "r", "--set", "compile=fastest")
     with pytest.raises(SystemExit, match="optimizer.implementation: unknown LAMB implementation 'fastest'"):
         run(packed_data, tmp_path / "r", "--set", "optimizer.implementation=fastest")
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        (["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
+        (["--no-resume"], "error: --no-resume was renamed: use --resume none"),
+        (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
+        (["--target-mlm-loss", "2.0"], "error: --target-mlm-loss was renamed: use --target-mlm-accuracy"),
+    ],
+)
+def test_old_spellings_are_one_line_errors(flag, message, tmp_path):
+    with pytest.raises(SystemExit, match=message):
+        pretrain.parse_args(["--results-dir", str(tmp_path), *flag])
+
+
+def test_repeated_set_keeps_every_item():
+    args = pretrain.parse_args(["--recipe", TINY, "--set", "log_every=3", "--set", "eval_every=4"])
+    recipe = pretrain.build_recipe(args)
+    assert (recipe["log_every"], recipe["eval_every"]) == (3, 4)
+
+
+def test_training_stops_at_the_target_mlm_accuracy(packed_data, tmp_path):
+    run(packed_data, tmp_path, "--steps", "8", "--eval-every", "2", "--log-every", "1",
+        "--target-mlm-accuracy", "0.001")  # fmt: skip
+    assert list(train_metrics(tmp_path, "eval")) == [2]  # reached at the first evaluation
+    assert max(train_metrics(tmp_path)) == 2
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
