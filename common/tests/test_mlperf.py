@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from zoo.mlperf import (
     MLPerfComplianceError,
     MLPerfLogger,
     check_log,
+    detect_platform,
     logged_benchmark,
     main,
 )
@@ -247,6 +249,21 @@ def test_bad_arguments_are_one_line_errors(tmp_path, kwargs, message):
         MLPerfLogger(tmp_path / "mlperf.log", **kwargs)
     with MLPerfLogger(tmp_path / "ok.log", "resnet", stdout=False) as mlperf, pytest.raises(SystemExit):
         mlperf.run_stop("done")
+
+
+def test_without_the_package_one_line_errors(tmp_path, monkeypatch):
+    _emit_run(tmp_path / "mlperf.log", "resnet", accuracies=[0.1])
+    for module in ("mlperf_logging", "mlperf_logging.mllog", "mlperf_logging.mllog.mllog"):
+        monkeypatch.setitem(sys.modules, module, None)  # importing it now raises ImportError
+    with pytest.raises(SystemExit, match="^error: zoo.mlperf needs mlperf-logging==4.1.68"):
+        MLPerfLogger(tmp_path / "other.log", "resnet")
+    with pytest.raises(MLPerfComplianceError, match="the compliance checker needs mlperf-logging"):
+        check_log(tmp_path / "mlperf.log")
+
+
+def test_platform_without_gpus_is_cpu(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi
+    assert detect_platform() == "cpu"
 
 
 def test_command_line_check(tmp_path, capsys):

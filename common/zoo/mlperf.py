@@ -119,6 +119,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import json
 import logging
 import os
@@ -146,6 +147,7 @@ CLOSED_TARGETS = {
 DIVISIONS = ("open", "closed")
 STATUSES = ("onprem", "cloud", "preview", "research")
 RUN_STATUSES = ("success", "aborted")
+_PACKAGE = "mlperf-logging==4.1.68"
 # Frames between mllog's caller lookup and the model's call: _log_helper, start/end/event, _log, the method.
 _STACK_OFFSET = 3
 
@@ -191,8 +193,11 @@ class MLPerfLogger:
         self._mllogger = None
         if not enabled:
             return
-        from mlperf_logging.mllog import constants
-        from mlperf_logging.mllog.mllog import MLLogger
+        try:
+            from mlperf_logging.mllog import constants
+            from mlperf_logging.mllog.mllog import MLLogger
+        except ImportError:
+            raise SystemExit(f"error: zoo.mlperf needs {_PACKAGE} (pip install {_PACKAGE})") from None
 
         # A logger of our own, not registered with logging: its handlers close with this object.
         logger = logging.Logger(f"zoo.mlperf.{id(self)}", level=logging.INFO)
@@ -339,6 +344,10 @@ def check_log(path, benchmark: str | None = None, ruleset: str | None = None) ->
             f"{path}: MLPerf benchmark {benchmark!r} is not one of {', '.join(RULESETS)}"
         )
     ruleset = ruleset or RULESETS[benchmark]
+    if importlib.util.find_spec("mlperf_logging") is None:
+        raise MLPerfComplianceError(
+            f"{path}: the compliance checker needs {_PACKAGE} (pip install {_PACKAGE})"
+        )
     with tempfile.TemporaryDirectory() as scratch:
         # The checker also writes its report to --log_output (default: the current directory).
         result = subprocess.run(
