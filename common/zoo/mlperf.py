@@ -311,7 +311,9 @@ class MLPerfLogger:
 
 
 def detect_platform() -> str:
-    """ "<count>x<GPU name>" from nvidia-smi (e.g. "8xNVIDIA H100 80GB HBM3"), else "cpu"."""
+    """This host's GPUs from nvidia-smi as "<count>x<name>" (e.g. "8xNVIDIA H100 80GB HBM3"), else "cpu".
+
+    It counts every GPU of the host; a run on some of them, or on several nodes, passes ``platform``."""
     try:
         names = subprocess.run(
             ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
