@@ -13,6 +13,7 @@ from zoo.triton import (
     config_to_pbtxt,
     infer,
     model_config,
+    model_io,
     parse_pbtxt,
     signal_when_serving,
     write_model,
@@ -116,6 +117,8 @@ def test_tritonserver_serves_python_model_over_http_and_grpc(tmp_path):
         grpc = infer(server.grpc_url, "add_one", {"INPUT0": x}, ["OUTPUT0"], protocol="grpc")
         with pytest.raises(RuntimeError, match="'missing'"):
             infer(server.http_url, "missing", {"INPUT0": x}, ["OUTPUT0"])
+        for url, protocol in ((server.http_url, "http"), (server.grpc_url, "grpc")):
+            assert model_io(url, "add_one", protocol) == (["INPUT0"], ["OUTPUT0"])
     np.testing.assert_array_equal(http["OUTPUT0"], x + 1)
     np.testing.assert_array_equal(grpc["OUTPUT0"], x + 1)
     assert process.poll() is not None and server.process is None

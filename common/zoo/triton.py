@@ -329,12 +329,7 @@ def infer(url, model, inputs: dict, outputs: list, protocol: str = "http") -> di
     """Run one request against ``url`` ("host:port"); returns {output name: np.ndarray}."""
     from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-    if protocol == "http":
-        import tritonclient.http as client_lib
-    elif protocol == "grpc":
-        import tritonclient.grpc as client_lib
-    else:
-        raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+    client_lib = _client_lib(protocol)
     client = client_lib.InferenceServerClient(url)
     try:
         request = []
@@ -349,6 +344,34 @@ def infer(url, model, inputs: dict, outputs: list, protocol: str = "http") -> di
     finally:
         client.close()
     return {name: result.as_numpy(name) for name in outputs}
+
+
+def model_io(url, model, protocol: str = "http") -> tuple[list[str], list[str]]:
+    """The input names and output names the server at ``url`` declares for ``model``."""
+    from tritonclient.utils import InferenceServerException
+
+    client_lib = _client_lib(protocol)
+    client = client_lib.InferenceServerClient(url)
+    try:
+        if protocol == "grpc":
+            metadata = client.get_model_metadata(model, as_json=True)
+        else:
+            metadata = client.get_model_metadata(model)
+    except InferenceServerException as e:
+        raise RuntimeError(f"{protocol} metadata of '{model}' at {url}: {e.message()}") from None
+    finally:
+        client.close()
+    return [t["name"] for t in metadata["inputs"]], [t["name"] for t in metadata["outputs"]]
+
+
+def _client_lib(protocol: str):
+    if protocol == "http":
+        import tritonclient.http as client_lib
+    elif protocol == "grpc":
+        import tritonclient.grpc as client_lib
+    else:
+        raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
+    return client_lib
 
 
 def _data_type(dtype: str) -> int:

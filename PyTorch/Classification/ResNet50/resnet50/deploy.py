@@ -59,15 +59,19 @@ def collect_images(paths: list[str]) -> list[pathlib.Path]:
 
 def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: int, protocol: str, top_k: int,
              class_names: list[str] | None = None, batch_size: int = 1):  # fmt: skip
-    """[(path, [(class, score), ...])], latencies_ms: one request per ``batch_size`` images."""
-    from zoo.triton import infer
+    """[(path, [(class, score), ...])], latencies_ms: one request per ``batch_size`` images.
 
+    The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``).
+    """
+    from zoo.triton import infer, model_io
+
+    (input_name,), (output_name,) = model_io(url, model, protocol)
     predictions, latencies = [], []
     for start in range(0, len(images), batch_size):
         chunk = images[start : start + batch_size]
         batch = np.stack([preprocess(p, image_size) for p in chunk])
         began = time.perf_counter()
-        logits = infer(url, model, {"INPUT__0": batch}, ["OUTPUT__0"], protocol=protocol)["OUTPUT__0"]
+        logits = infer(url, model, {input_name: batch}, [output_name], protocol=protocol)[output_name]
         latencies.append(1000 * (time.perf_counter() - began))
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         probs = shifted / shifted.sum(axis=1, keepdims=True)
@@ -130,6 +134,7 @@ def main(argv=None) -> None:
             single = pathlib.Path(tempfile.mkdtemp(prefix="resnet50-serve-"))
             (single / args.model).symlink_to(pathlib.Path(args.repository, args.model).resolve())
             try:
+                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
                 with TritonServer(single, log_path=args.server_log) as server:
                     url = server.http_url if args.protocol == "http" else server.grpc_url
                     print(
@@ -138,7 +143,9 @@ def main(argv=None) -> None:
                     predictions, latencies = classify(url, args.model, images, **kwargs)
             finally:
                 shutil.rmtree(single, ignore_errors=True)
-    except (DataError, RuntimeError) as e:
+    except RuntimeError as e:  # the server's: its first line names the cause, the rest is the log's tail
+        raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    except DataError as e:
         message = one_line(e)
         raise SystemExit(message if message.startswith("error:") else f"error: {message}") from None
     report(predictions, latencies, args.protocol, args.model, names)

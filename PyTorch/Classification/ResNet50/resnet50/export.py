@@ -2,13 +2,15 @@
 
     python -m resnet50.export --checkpoint results/checkpoint.pt --repository triton_repo
 
-Models written (inputs FP32 [3,H,W] "INPUT__0", output FP32 logits [classes] "OUTPUT__0";
-the batch dimension is dynamic, Triton's dynamic batcher forms the batches):
+Models written (input: FP32 [3,H,W] normalised images, output: FP32 logits [classes]; the batch
+dimension is dynamic, Triton's dynamic batcher forms the batches):
 
-- ``resnet50_libtorch``: platform pytorch_libtorch, model.pt (traced TorchScript);
-- ``resnet50_onnx``: platform onnxruntime_onnx, model.onnx;
-- ``resnet50_python``: python backend whose model.py runs the same ONNX file with onnxruntime on the
-  CPU (serves where only the python backend exists, e.g. the tritonserver of the nvidia-pytriton wheel).
+- ``resnet50_libtorch``: platform pytorch_libtorch, model.pt (traced TorchScript), tensors named
+  ``INPUT__0`` / ``OUTPUT__0`` as that backend expects;
+- ``resnet50_onnx``: platform onnxruntime_onnx, model.onnx, tensors ``images`` / ``logits``;
+- ``resnet50_python``: python backend, the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+  over the same model.onnx on the CPU, ``images`` / ``logits`` like every ResNet-50 of the zoo
+  (serves where only the python backend exists, e.g. the tritonserver of the nvidia-pytriton wheel).
 """
 
 from __future__ import annotations
@@ -20,46 +22,16 @@ import tempfile
 
 import torch
 from zoo.checkpoints import CheckpointError
-from zoo.triton import TensorSpec, model_config, write_model
+from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
 from resnet50.data import one_line
 from resnet50.model import resnet50
 
-INPUT_NAME, OUTPUT_NAME = "INPUT__0", "OUTPUT__0"
+# The libtorch backend names tensors by position; the ONNX models use the zoo's ResNet-50 names.
+LIBTORCH_NAMES = ("INPUT__0", "OUTPUT__0")
+INPUT_NAME, OUTPUT_NAME = "images", "logits"
 MODELS = ("libtorch", "onnx", "python")
-
-PYTHON_BACKEND_MODEL = '''"""Triton python backend: ResNet-50 v1.5 through onnxruntime on the CPU (model.onnx beside this file)."""
-
-import os
-
-import numpy as np
-import onnxruntime as ort
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        here = os.path.dirname(os.path.abspath(__file__))
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(os.environ.get("RESNET50_ORT_THREADS", "2"))
-        self.session = ort.InferenceSession(
-            os.path.join(here, "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
-
-    def execute(self, requests):
-        # Run every request of the dynamic batch in one onnxruntime call, then split the logits.
-        images = [pb_utils.get_input_tensor_by_name(r, "INPUT__0").as_numpy() for r in requests]
-        sizes = [len(x) for x in images]
-        batch = np.concatenate(images).astype(np.float32, copy=False)
-        logits = self.session.run(["OUTPUT__0"], {"INPUT__0": batch})[0]
-        responses, start = [], 0
-        for size in sizes:
-            out = pb_utils.Tensor("OUTPUT__0", logits[start : start + size].astype(np.float32))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-            start += size
-        return responses
-'''
 
 
 def load_model(checkpoint=None, pretrained=None, num_classes=1000) -> torch.nn.Module:
@@ -97,8 +69,9 @@ def export_onnx(model: torch.nn.Module, path, image_size: int, opset: int = 17) 
 def triton_config(
     name, kind, *, image_size, num_classes, max_batch_size, instance_kind, instance_count, preprocessing=None
 ):
-    inputs = [TensorSpec(INPUT_NAME, "FP32", [3, image_size, image_size])]
-    outputs = [TensorSpec(OUTPUT_NAME, "FP32", [num_classes])]
+    input_name, output_name = LIBTORCH_NAMES if kind == "libtorch" else (INPUT_NAME, OUTPUT_NAME)
+    inputs = [TensorSpec(input_name, "FP32", [3, image_size, image_size])]
+    outputs = [TensorSpec(output_name, "FP32", [num_classes])]
     preferred = [b for b in (4, 8, 16, 32, 64, 128) if b <= max_batch_size] or [max_batch_size]
     batching = {"preferred_batch_size": preferred, "max_queue_delay_microseconds": 100}
     platform = {"libtorch": "pytorch_libtorch", "onnx": "onnxruntime_onnx"}.get(kind)
@@ -164,7 +137,7 @@ def export_repository(
             elif kind == "onnx":
                 files = {"model.onnx": onnx_path}
             else:
-                files = {"model.py": PYTHON_BACKEND_MODEL.encode(), "model.onnx": onnx_path}
+                files = {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}
             shutil.rmtree(repository / name, ignore_errors=True)
             written[name] = write_model(repository, config, files)
             print(f"wrote {name} ({config.platform or config.backend}) -> {written[name]}")

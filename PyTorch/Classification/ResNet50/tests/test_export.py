@@ -1,11 +1,17 @@
-"""TorchScript / ONNX parity with eager, config.pbtxt validity, and the real tritonserver over HTTP and gRPC."""
+"""TorchScript / ONNX parity with eager, config.pbtxt validity, the real tritonserver over HTTP and gRPC,
+and the deploy script stopping its server however it ends."""
+
+import shutil
+import signal
+import sys
 
 import numpy as np
 import pytest
 import torch
+from r50_testutil import MODEL_DIR, model_env, run_module
 from resnet50.export import export_onnx, export_repository, export_torchscript
 from resnet50.model import resnet50
-from zoo.triton import TritonServer, infer, parse_pbtxt
+from zoo.triton import TritonServer, infer, parse_pbtxt, signal_when_serving
 
 SIZE = 32
 
@@ -39,7 +45,7 @@ def test_onnx_matches_eager_with_dynamic_batch(tmp_path, model, images):
         str(export_onnx(model, tmp_path / "m.onnx", SIZE)), providers=["CPUExecutionProvider"]
     )
     for batch in (images[:1], images):
-        got = session.run(["OUTPUT__0"], {"INPUT__0": batch.numpy()})[0]
+        got = session.run(["logits"], {"images": batch.numpy()})[0]
         with torch.no_grad():
             np.testing.assert_allclose(got, model(batch).numpy(), rtol=1e-3, atol=1e-4)
 
@@ -58,27 +64,66 @@ def test_every_config_parses(repository):
     for path in configs:
         config = parse_pbtxt(path.read_text())
         platforms[config.name] = config.platform or config.backend
-        assert config.input[0].name == "INPUT__0" and list(config.input[0].dims) == [3, SIZE, SIZE]
-        assert config.output[0].name == "OUTPUT__0" and list(config.output[0].dims) == [10]
+        names = ("INPUT__0", "OUTPUT__0") if config.name == "resnet50_libtorch" else ("images", "logits")
+        assert config.input[0].name == names[0] and list(config.input[0].dims) == [3, SIZE, SIZE]
+        assert config.output[0].name == names[1] and list(config.output[0].dims) == [10]
         assert config.max_batch_size == 8 and config.HasField("dynamic_batching")
         assert len(config.instance_group) == 1
     assert platforms == {"resnet50_libtorch": "pytorch_libtorch", "resnet50_onnx": "onnxruntime_onnx",
                          "resnet50_python": "python"}  # fmt: skip
     assert (repository / "resnet50_libtorch" / "1" / "model.pt").is_file()
     assert (repository / "resnet50_python" / "1" / "model.onnx").is_file()
+    assert (
+        (repository / "resnet50_python" / "1" / "model.py")
+        .read_text()
+        .startswith('"""Triton python-backend model: an ONNX file served with onnxruntime')
+    )
 
 
-def test_tritonserver_serves_python_backend_same_top1(tmp_path, model, images):
-    repo = tmp_path / "served"
+@pytest.fixture(scope="module")
+def python_repository(tmp_path_factory, model):
+    repo = tmp_path_factory.mktemp("served")
     export_repository(model, repo, image_size=SIZE, models=("python",), max_batch_size=8)
+    return repo
+
+
+def test_tritonserver_serves_python_backend_same_top1(tmp_path, model, images, python_repository):
     with torch.no_grad():
         expected = model(images).numpy()
-    with TritonServer(repo, log_path=tmp_path / "server.log") as server:
+    with TritonServer(python_repository, log_path=tmp_path / "server.log") as server:
         for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
-            logits = infer(
-                url, "resnet50_python", {"INPUT__0": images.numpy()}, ["OUTPUT__0"], protocol=protocol
-            )
-            got = logits["OUTPUT__0"]
+            logits = infer(url, "resnet50_python", {"images": images.numpy()}, ["logits"], protocol=protocol)
+            got = logits["logits"]
             assert got.shape == (3, 10)
             assert (got.argmax(1) == expected.argmax(1)).all(), protocol
             np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(tmp_path, python_repository, sig):
+    from PIL import Image
+
+    image = tmp_path / "red.png"
+    Image.new("RGB", (40, 48), (200, 30, 20)).save(image)
+    command = [sys.executable, "-m", "resnet50.deploy", "--repository", str(python_repository)]
+    command += ["--model", "resnet50_python", "--image-size", str(SIZE), *[str(image)] * 3000]
+    run = signal_when_serving(command, sig, ready_text="tritonserver ready", env=model_env(), cwd=MODEL_DIR)
+    assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
+    assert run.left_running == [], run.output
+    assert run.returncode != 0 and "latency p50" not in run.output, "the signal came after the deploy ended"
+
+
+def test_deploy_names_why_the_model_did_not_load(tmp_path, python_repository):
+    from PIL import Image
+
+    broken = tmp_path / "repo"
+    shutil.copytree(python_repository, broken)
+    (broken / "resnet50_python" / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    Image.new("RGB", (40, 48)).save(tmp_path / "black.png")
+    result = run_module(
+        "resnet50.deploy", "--repository", broken, "--image-size", SIZE, tmp_path / "black.png"
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]  # after the "starting tritonserver" progress line
+    assert last.startswith("error: tritonserver exited with code 1 while starting: model 'resnet50_python'")
+    assert "UNAVAILABLE" in last and "Protobuf parsing failed" in last, last
