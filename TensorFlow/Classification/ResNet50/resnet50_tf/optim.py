@@ -94,11 +94,16 @@ class MomentumSGD(keras.optimizers.Optimizer):
         return config
 
 
+def peak_learning_rate(recipe: dict, global_batch: int) -> float:
+    """The recipe's `lr_per_256` scaled linearly to the global batch."""
+    return float(recipe["optimizer"]["lr_per_256"]) * global_batch / 256
+
+
 def build_optimizer(recipe: dict, steps_per_epoch: int, global_batch: int, precision: str):
     """The recipe's optimizer with its schedule, the peak LR scaled linearly from `lr_per_256`."""
     opt = recipe["optimizer"]
     sched = recipe["schedule"]
-    peak_lr = float(opt["lr_per_256"]) * global_batch / 256
+    peak_lr = peak_learning_rate(recipe, global_batch)
     total = int(recipe["epochs"]) * steps_per_epoch
     warmup = int(round(float(sched.get("warmup_epochs", 0)) * steps_per_epoch))
     lr = WarmupCosine(peak_lr, warmup, total, float(sched.get("end_lr", 0.0)))

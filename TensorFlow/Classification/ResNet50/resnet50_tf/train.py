@@ -5,7 +5,8 @@
 
 The run directory holds `run.json` (model and data description), `checkpoints/` (tf.train.Checkpoint
 of model, optimizer, loss scale and global step, written every epoch and every --checkpoint-steps),
-and `metrics.jsonl`. `--resume auto` continues from the newest checkpoint; the resumed run sees the
+`metrics.jsonl`, and `mlperf.log` (the MLPerf training event sequence, benchmark "resnet", checked by
+zoo.mlperf.check_log; a resumed run writes its own `mlperf-resumed-from-ckpt-<step>.log`). `--resume auto` continues from the newest checkpoint; the resumed run sees the
 same batches and ends with the same weights as an unbroken one. Without `--resume`, a results dir
 that already holds a checkpoint is an error (nothing is overwritten unasked).
 """
@@ -29,6 +30,7 @@ DATA_HELP = "TFRecord folder: dataset.json + train-*/validation-* shards ($DATA_
 # --amp values -> Keras dtype policies
 PRECISIONS = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 DATA_BACKENDS = ("tfdata", "dali", "synthetic")
+MLPERF_BENCHMARK = "resnet"
 # Flags that override a recipe key (a flag given as 0 reaches the range checks, it is not dropped).
 FLAG_TO_RECIPE = {
     "batch_size": "batch_size_per_gpu",
@@ -252,6 +254,35 @@ def _save(runtime, manager, step: int) -> None:
         shutil.rmtree(manager.directory, ignore_errors=True)
 
 
+def mlperf_log_path(results_dir: Path, resume_from: str | None) -> Path:
+    """mlperf.log for a new run; a resumed run gets a file of its own (the checker reads one run per file)."""
+    if resume_from is None:
+        return results_dir / "mlperf.log"
+    return results_dir / f"mlperf-resumed-from-{Path(resume_from).name}.log"
+
+
+def mlperf_hyperparameters(recipe: dict, global_batch: int, replica_batch: int) -> dict:
+    """The recipe's optimizer as MLPerf ResNet keys (sgd_opt_* or lars_opt_*); model_bn_span is the
+    per-replica batch, the images each batch norm normalises over."""
+    from resnet50_tf.optim import peak_learning_rate
+
+    optimizer, schedule = recipe["optimizer"], recipe["schedule"]
+    name = optimizer.get("name", "sgd")
+    prefix = "lars_opt" if name == "lars" else "sgd_opt"
+    warmup_key = (
+        "lars_opt_learning_rate_warmup_epochs" if name == "lars" else "opt_learning_rate_warmup_epochs"
+    )
+    return {
+        "opt_name": name,
+        f"{prefix}_base_learning_rate": peak_learning_rate(recipe, global_batch),
+        f"{prefix}_end_learning_rate": float(schedule.get("end_lr", 0.0)),
+        f"{prefix}_momentum": float(optimizer.get("momentum", 0.9)),
+        f"{prefix}_weight_decay": float(optimizer.get("weight_decay", 0.0)),
+        warmup_key: float(schedule.get("warmup_epochs", 0)),
+        "model_bn_span": replica_batch,
+    }
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     recipe = recipe_from_args(args, FLAG_TO_RECIPE)
@@ -265,6 +296,7 @@ def main(argv=None) -> dict:
     import keras
     import tensorflow as tf
     from zoo.log import MetricsLogger
+    from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger
 
     from resnet50_tf import data
     from resnet50_tf.checkpoint import restore_weights
@@ -300,6 +332,19 @@ def main(argv=None) -> dict:
         steps_per_epoch = 100
     total_steps = settings["epochs"] * steps_per_epoch
     last_step = min(total_steps, args.max_steps) if args.max_steps else total_steps
+
+    mlperf_path = mlperf_log_path(results_dir, resume_from)
+    if runtime.is_chief:
+        mlperf_path.unlink(missing_ok=True)  # the logger appends; this run's file holds this run only
+    mlperf = MLPerfLogger(mlperf_path, MLPERF_BENCHMARK, enabled=runtime.is_chief)
+    mlperf.cache_clear(False)  # the page cache is not dropped (that needs root)
+    mlperf.init_start()
+    mlperf.seed(args.seed)
+    mlperf.global_batch_size(global_batch)
+    mlperf.gradient_accumulation_steps(1)
+    mlperf.train_samples(info.train_examples if info else steps_per_epoch * global_batch)
+    mlperf.eval_samples(info.val_examples if info else 0)
+    mlperf.hyperparameters(**mlperf_hyperparameters(recipe, global_batch, batch))
 
     with runtime.strategy.scope():
         model = resnet50(
@@ -372,6 +417,11 @@ def main(argv=None) -> dict:
 
         return iter(runtime.strategy.distribute_datasets_from_function(fn))
 
+    # run_stop's status: the run's target, else MLPerf's (top-1 in %)
+    quality_target = settings["target_top1"]
+    if quality_target is None:
+        quality_target = 100 * CLOSED_TARGETS[MLPERF_BENCHMARK]
+    val_top1 = None
     step = int(global_step.numpy())
     logger = MetricsLogger(
         str(results_dir / "metrics.jsonl"), enabled=runtime.is_chief, total_steps=last_step, desc="train"
@@ -381,10 +431,12 @@ def main(argv=None) -> dict:
     summary = {"global_batch": global_batch, "steps": step}
     broadcast_done = runtime.hvd is None
     stop = step >= last_step
-    with logger:
-        logger.event("global_batch_size", global_batch)
+    mlperf.init_stop()
+    mlperf.run_start()
+    with mlperf, logger:  # an exception from here on logs run_stop "aborted"
         while not stop:
             epoch, skip = divmod(step, steps_per_epoch)
+            mlperf.epoch_start(epoch + 1, samples=step * global_batch)
             iterator = train_iterator(epoch, skip)
             window_loss, window_acc, window_n, t0 = 0.0, 0.0, 0, time.perf_counter()
             for _ in range(skip, steps_per_epoch):
@@ -418,16 +470,23 @@ def main(argv=None) -> dict:
                 if step >= last_step:
                     stop = True
                     break
+            mlperf.epoch_stop(epoch + 1, samples=step * global_batch)
             if step % steps_per_epoch == 0 or stop:
                 _save(runtime, manager, step)
             if info is not None and not args.no_eval and (step % steps_per_epoch == 0 or stop):
+                mlperf.eval_start(epoch + 1, samples=step * global_batch)
                 metrics = evaluate_model(runtime, eval_step, info, batch, settings["image_size"])
+                mlperf.eval_stop(epoch + 1, samples=step * global_batch)
+                mlperf.eval_accuracy(metrics["top1"] / 100, epoch + 1, samples=step * global_batch)
                 logger.log(step, metrics, units={"top1": "%", "top5": "%"}, phase="val")
                 summary.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
+                val_top1 = metrics["top1"]
                 target = settings["target_top1"]
                 if target is not None and metrics["top1"] >= target:
                     print(f"reached target top-1 {target}% at step {step}", file=sys.stderr)
                     stop = True
+        reached = val_top1 is not None and val_top1 >= quality_target
+        mlperf.run_stop("success" if reached else "aborted")
     summary["steps"] = step
     if args.dump_weights:  # lets a multi-worker run be checked: every worker must hold the same weights
         import numpy as np
