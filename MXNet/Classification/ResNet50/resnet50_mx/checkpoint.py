@@ -1,8 +1,10 @@
 """Load weights for inference: our training checkpoints, Gluon ``.params`` files, registry names.
 
-The registry (``checkpoints.yaml`` beside this package) lists public MXNet ResNet-50 v1.5 weights.
-GluonCV publishes them as ``<name>-<sha1 prefix>.zip`` holding ``<name>-<sha1 prefix>.params``: the
-hash in the name is the SHA-1 of the ``.params`` file, which is checked after extraction.
+The registry (``checkpoints.yaml`` beside this package; ``scripts/download_checkpoint.sh {list,pull
+NAME}``) lists public MXNet ResNet-50 v1.5 weights. GluonCV publishes them as
+``<name>-<sha1 prefix>.zip`` holding ``<name>-<sha1 prefix>.params``: the hash in the name is the
+SHA-1 of the ``.params`` file, which is checked after extraction. A registry checkpoint's metadata
+carries its entry's preprocessing (and its crop as ``image_size``) for evaluation and export.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import sys
 import zipfile
 from pathlib import Path
 
@@ -56,18 +57,36 @@ def extract_gluoncv_zip(zip_path: Path) -> Path:
     return target
 
 
-def fetch_pretrained(name: str, cache_dir=None, registry=REGISTRY) -> Path:
-    """Download (or find in the cache) a registry checkpoint; returns the ``.params`` path."""
-    from zoo.checkpoints import CheckpointError, fetch, load_registry
+def registry_entry(name: str, registry=None):
+    """The zoo.checkpoints entry ``name`` of ``registry`` (default: REGISTRY); a one-line error when unknown."""
+    from zoo.checkpoints import CheckpointError, load_registry
 
     try:
-        entry = load_registry(registry).get(name)
+        return load_registry(registry or REGISTRY).get(name)
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
+def fetch_pretrained(name: str, cache_dir=None, registry=None) -> Path:
+    """Download (or find in the cache) a registry checkpoint; returns the ``.params`` path.
+
+    A downloaded zip that cannot be extracted or whose ``.params`` fails its SHA-1 is removed from
+    the cache, so that the next call downloads it again.
+    """
+    from zoo.checkpoints import CheckpointError, fetch
+
+    entry = registry_entry(name, registry)
+    try:
         path = fetch(entry, cache_dir=cache_dir)
     except CheckpointError as e:
-        raise SystemExit(str(e)) from None
-    if entry.format == "gluoncv_params_zip":
+        raise SystemExit(f"error: {e}") from None
+    if entry.format != "zip":
+        return path
+    try:
         return extract_gluoncv_zip(path)
-    return path
+    except SystemExit:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def mxnet_reason(error: Exception) -> str:
@@ -105,6 +124,9 @@ def resolve(checkpoint: str, cache_dir=None) -> tuple[Path, dict]:
         return path, meta
     if os.sep in checkpoint or checkpoint.endswith((".params", ".json", ".zip")):
         raise SystemExit(f"checkpoint {checkpoint} does not exist")
+    preprocessing = registry_entry(checkpoint).preprocessing
+    if preprocessing is not None:
+        meta = {"preprocessing": preprocessing, "image_size": preprocessing.crop}
     return fetch_pretrained(checkpoint, cache_dir), meta
 
 
@@ -151,35 +173,3 @@ def convert_layout(net, layout: str, input_layout: str, ctx):
             value = mx.nd.transpose(value, axes=axes)
         param.set_data(value)
     return other
-
-
-def main(argv=None):
-    import argparse
-
-    from zoo.checkpoints import CheckpointError, load_registry
-
-    p = argparse.ArgumentParser(
-        prog="download_checkpoint.sh",
-        description="Pull a pretrained ResNet-50 v1.5 (MXNet) checkpoint by name from checkpoints.yaml.",
-    )
-    p.add_argument("name", nargs="?", help="registry name (see --list)")
-    p.add_argument("--list", action="store_true", help="list the registry")
-    p.add_argument("--cache-dir", help="default: $ZOO_CACHE or ~/.cache/zoo/checkpoints")
-    p.add_argument("--registry", default=str(REGISTRY), help="checkpoint registry YAML")
-    args = p.parse_args(argv)
-    try:
-        registry = load_registry(args.registry)
-    except CheckpointError as e:
-        raise SystemExit(str(e)) from None
-    if args.list or not args.name:
-        for entry in registry.entries():
-            print(f"{entry.name:28s} {entry.format:22s} {entry.description}")
-        return
-    path = fetch_pretrained(args.name, args.cache_dir, args.registry)
-    params = read_params(path)
-    print(f"{args.name}: {path} ({int(params['fc.weight'].shape[0])} classes)", file=sys.stderr)
-    print(path)
-
-
-if __name__ == "__main__":
-    main()

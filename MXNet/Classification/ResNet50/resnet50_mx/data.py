@@ -40,6 +40,9 @@ class DataSpec:
     random_resized_crop: bool = True  # training augmentation: random-resized crop (else the whole image)
     min_random_area: float = 0.08  # random-resized-crop: smallest crop, as a fraction of the image
     mirror: bool = True  # training augmentation: random horizontal flip
+    # validation resize/interpolation/mean/std of a registry checkpoint (zoo.checkpoints.Preprocessing;
+    # its crop is image_size); None: resize image_size / 0.875, bilinear, MEAN_RGB/STD_RGB
+    val_preprocessing: object | None = None
 
 
 def record_paths(data_dir: str | os.PathLike, split: str) -> tuple[Path, Path]:
@@ -64,6 +67,21 @@ def count_records(idx_path: Path) -> int:
 def val_resize(image_size: int) -> int:
     """Shorter side before the centre crop (256 for 224: the 0.875 crop ratio)."""
     return int(round(image_size / 0.875))
+
+
+def val_transform(spec: DataSpec) -> dict:
+    """{resize, interpolation, mean, std (RGB, 0..255)} of validation: the spec's preprocessing or ours."""
+    pre = spec.val_preprocessing
+    if pre is None:
+        return dict(resize=val_resize(spec.image_size), interpolation="bilinear", mean=MEAN_RGB, std=STD_RGB)
+    if pre.crop != spec.image_size:
+        raise SystemExit(f"error: image size {spec.image_size} differs from the checkpoint's crop {pre.crop}")
+    return dict(
+        resize=pre.resize,
+        interpolation=pre.interpolation,
+        mean=tuple(255 * m for m in pre.mean),
+        std=tuple(255 * s for s in pre.std),
+    )
 
 
 class RecordLoader:
@@ -117,8 +135,15 @@ class RecordLoader:
                 ),
             )
         else:
+            val = val_transform(spec)
+            common.update(zip(("mean_r", "mean_g", "mean_b"), val["mean"], strict=True))
+            common.update(zip(("std_r", "std_g", "std_b"), val["std"], strict=True))
             self.iter = mx.io.ImageRecordIter(
-                **common, resize=val_resize(spec.image_size), rand_crop=False, round_batch=False
+                **common,
+                resize=val["resize"],
+                inter_method={"nearest": 0, "bilinear": 1, "bicubic": 2}[val["interpolation"]],
+                rand_crop=False,
+                round_batch=False,
             )
         self.to_nhwc = spec.layout == "NHWC"
 
@@ -193,16 +218,20 @@ class DaliLoader:
                 images = fn.resize(images, resize_x=size, resize_y=size)
                 mirror = fn.random.coin_flip(probability=0.5 if spec.mirror else 0.0)
             else:
+                val = val_transform(spec)
+                interpolation = {"nearest": types.INTERP_NN, "bilinear": types.INTERP_LINEAR}.get(
+                    val["interpolation"], types.INTERP_CUBIC
+                )
                 images = fn.decoders.image(jpegs, device=decoder_device, output_type=types.RGB)
-                images = fn.resize(images, resize_shorter=val_resize(size))
+                images = fn.resize(images, resize_shorter=val["resize"], interp_type=interpolation)
                 mirror = False
             images = fn.crop_mirror_normalize(
                 images.gpu() if not gpu_decode else images,
                 dtype=types.FLOAT16 if spec.dtype == "float16" else types.FLOAT,
                 output_layout="HWC" if spec.layout == "NHWC" else "CHW",
                 crop=(size, size),
-                mean=list(MEAN_RGB),
-                std=list(STD_RGB),
+                mean=list(MEAN_RGB if train else val["mean"]),
+                std=list(STD_RGB if train else val["std"]),
                 mirror=mirror,
             )
             return images, labels.gpu()

@@ -45,7 +45,7 @@ def evaluate(net, loader, ctx, progress=None) -> dict:
 
 def main(argv=None):
     from .checkpoint import load_for_inference
-    from .data import BACKENDS, DataSpec, build_loader
+    from .data import BACKENDS, DataSpec, build_loader, val_transform
     from .train import parse_gpus
 
     p = argparse.ArgumentParser(prog="evaluate.sh", description="Top-1/top-5 of a ResNet-50 v1.5 checkpoint.")
@@ -86,12 +86,21 @@ def main(argv=None):
         image_size=image_size,
         num_classes=meta["num_classes"],
         threads=args.threads,
+        val_preprocessing=meta.get("preprocessing"),  # a registry checkpoint is scored as published
+    )
+    val = val_transform(spec)
+    used = dict(val, crop=image_size)
+    print(
+        f"preprocessing: resize {val['resize']}, crop {image_size}, {val['interpolation']}, "
+        f"mean {val['mean']}, std {val['std']} (0..255)",
+        file=sys.stderr,
     )
     tic = time.time()
     loader = build_loader(spec, train=False, epoch=0, seed=0, ctx=ctx[0])
     with MetricsLogger(total_steps=loader.batches, desc="evaluate") as progress:
         result = evaluate(net, loader, ctx, progress)
     result["images_per_s"] = result["images"] / (time.time() - tic)
+    result["preprocessing"] = used
     print(
         f"top1 {result['top1']:.4f}  top5 {result['top5']:.4f}  ({result['images']} images)", file=sys.stderr
     )

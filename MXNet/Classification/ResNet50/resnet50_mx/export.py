@@ -141,6 +141,12 @@ def main(argv=None):
 
     net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes)
     image_size = args.image_size or meta.get("image_size", 224)
+    if "preprocessing" in meta:  # a registry checkpoint: clients must prepare images as it was published
+        print(f"preprocessing: {meta['preprocessing'].describe()}", file=sys.stderr)
+        if image_size != meta["preprocessing"].crop:
+            raise SystemExit(
+                f"error: --image-size {image_size} differs from the checkpoint's crop {meta['preprocessing'].crop}"
+            )
     repo = Path(args.model_repository)
     onnx_path = export_onnx(net, repo / ".export" / "model.onnx", image_size=image_size)
     spec = {

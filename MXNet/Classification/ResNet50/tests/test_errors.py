@@ -206,14 +206,15 @@ def _gluoncv_style_zip(params: Path, folder: Path, name: str, hash_prefix: str |
     return f"{stem}.zip"
 
 
-def _registry(tmp_path, url: str) -> Path:
+def _registry(tmp_path, url: str, preprocessing: str = "") -> Path:
     path = tmp_path / "checkpoints.yaml"
     path.write_text(
         "checkpoints:\n"
         "  - name: digits_v1b\n"
         f"    url: {url}\n"
-        "    sha256: null\n    size: null\n    format: gluoncv_params_zip\n"
+        "    sha256: null\n    size: null\n    format: zip\n"
         "    framework: mxnet\n    model: ResNet50\n"
+        + (f"    preprocessing: {{{preprocessing}}}\n" if preprocessing else "")
     )
     return path
 
@@ -239,7 +240,48 @@ def test_pretrained_with_wrong_sha1_is_refused(tmp_path, http_root, trained):
     with pytest.raises(SystemExit) as e:
         fetch_pretrained("digits_v1b", cache, _registry(tmp_path, f"{base}/{zip_name}"))
     assert "does not match the SHA-1 deadbeef" in one_line(e)
-    assert not list(cache.glob("*.params"))
+    assert not [p for p in cache.rglob("*") if p.is_file()]  # neither the .params nor the zip is kept
+
+
+def test_pretrained_bad_zip_is_not_cached(tmp_path, http_root):
+    root, base = http_root
+    (root / "html-0ecdba34.zip").write_text("<!DOCTYPE html><html><body>Access denied</body></html>")
+    (root / "cut-0ecdba34.zip").write_bytes(b"PK\x03\x04" + b"\0" * 64)  # a zip's first bytes, then nothing
+    cache = tmp_path / "cache"
+    for name, message in (("html", "not a zip archive but an HTML page"), ("cut", "is not a zip archive")):
+        with pytest.raises(SystemExit) as e:
+            fetch_pretrained("digits_v1b", cache, _registry(tmp_path, f"{base}/{name}-0ecdba34.zip"))
+        assert message in one_line(e) and "\n" not in str(e.value)
+        assert not [p for p in cache.rglob("*") if p.is_file()]
+
+
+def test_registry_preprocessing_reaches_evaluation(
+    tmp_path, http_root, trained, digits_rec, monkeypatch, capsys
+):
+    from resnet50_mx import checkpoint, evaluate
+    from zoo.checkpoints import Preprocessing
+
+    root, base = http_root
+    zip_name = _gluoncv_style_zip(trained / "final.params", root, "resnet50_v1b")
+    pre = "resize: 30, crop: 24, interpolation: bicubic, mean: [0, 0, 0], std: [1, 1, 1]"
+    monkeypatch.setattr(checkpoint, "REGISTRY", _registry(tmp_path, f"{base}/{zip_name}", pre))
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+    _, meta = checkpoint.resolve("digits_v1b")
+    assert meta["image_size"] == 24 and meta["preprocessing"].resize == 30
+    result = evaluate.main(
+        ["--checkpoint", "digits_v1b", "--data-dir", str(digits_rec), "--batch-size", "64"]
+    )
+    assert result["preprocessing"] == {
+        "resize": 30, "interpolation": "bicubic", "mean": (0.0, 0.0, 0.0), "std": (255.0, 255.0, 255.0), "crop": 24
+    }  # fmt: skip
+    assert "preprocessing: resize 30, crop 24, bicubic" in capsys.readouterr().err
+    # the loader applies it: pixels / 255 in [0, 1] at 24 x 24, where ours are mean/std normalised
+    spec = DataSpec("recordio", str(digits_rec), 8, 24, 10, val_preprocessing=meta["preprocessing"])
+    images = next(iter(build_loader(spec, train=False, epoch=0, seed=0, ctx=mx.cpu())))[0].asnumpy()
+    assert images.shape == (8, 3, 24, 24) and images.min() >= 0 and images.max() <= 1 and images.max() > 0.5
+    ours = DataSpec("recordio", str(digits_rec), 8, 24, 10)
+    assert next(iter(build_loader(ours, train=False, epoch=0, seed=0, ctx=mx.cpu())))[0].asnumpy().min() < 0
+    assert isinstance(meta["preprocessing"], Preprocessing)
 
 
 def test_pretrained_missing_on_server(tmp_path, http_root):
