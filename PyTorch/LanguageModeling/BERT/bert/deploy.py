@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -84,8 +85,12 @@ def main(argv=None) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             served = single_model_repository(repo, args.model, Path(tmp))
             try:
+                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
                 with TritonServer(served) as server:
                     url = server.http_url if args.protocol == "http" else server.grpc_url
+                    print(
+                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
+                    )
                     answers, latencies = answer_through_triton(url, args.model, examples, tokenizer, **window)
             except RuntimeError as e:
                 raise SystemExit(str(e).splitlines()[0]) from None

@@ -1,7 +1,12 @@
 """Export the SQuAD model to ONNX (dynamic batch and sequence axes) and write a Triton model repository:
 
 <repo>/bert_squad_onnx/    onnxruntime backend (Triton's GPU/CPU onnxruntime)
-<repo>/bert_squad_python/  python backend running the same ONNX file with onnxruntime
+<repo>/bert_squad_python/  python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+                           over the same ONNX file; it answers a request whose token ids lie outside
+                           the vocabulary (or type ids, mask values outside theirs) with an error of
+                           its own, and the requests batched with it as usual
+Inputs input_ids, token_type_ids, attention_mask: INT64 [batch, sequence]; outputs start_logits,
+end_logits: FP32 [batch, sequence].
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ from bert.model import BertConfig, BertForQuestionAnswering, bert_config
 
 INPUT_NAMES = ["input_ids", "token_type_ids", "attention_mask"]
 OUTPUT_NAMES = ["start_logits", "end_logits"]
-PYTHON_MODEL = Path(__file__).with_name("triton_python_model.py")
 
 
 def export_onnx(model: BertForQuestionAnswering, path: str | Path, *, seq: int = 32) -> Path:
@@ -54,10 +58,19 @@ def export_onnx(model: BertForQuestionAnswering, path: str | Path, *, seq: int =
 
 
 def write_repository(
-    repo: str | Path, onnx_path: str | Path, *, max_batch_size: int = 16, instance_kind: str = "KIND_GPU"
+    repo: str | Path,
+    onnx_path: str | Path,
+    *,
+    vocab_size: int,
+    type_vocab_size: int = 2,
+    max_batch_size: int = 16,
+    instance_kind: str = "KIND_GPU",
 ) -> list[Path]:
-    """The two Triton models (onnxruntime and python backends) over one ONNX file."""
-    from zoo.triton import TensorSpec, model_config, write_model
+    """The two Triton models (onnxruntime and python backends) over one ONNX file.
+
+    ``vocab_size`` and ``type_vocab_size`` (the model's) bound the ids the python model accepts.
+    """
+    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     inputs = [TensorSpec(name, "INT64", [-1]) for name in INPUT_NAMES]
     outputs = [TensorSpec(name, "FP32", [-1]) for name in OUTPUT_NAMES]
@@ -69,13 +82,18 @@ def write_repository(
         "bert_squad_onnx", backend="onnxruntime", max_batch_size=max_batch_size, inputs=inputs, outputs=outputs,
         instance_kind=instance_kind, dynamic_batching=batching,
     )  # fmt: skip
+    value_ranges = {
+        "min_value:input_ids": 0, "max_value:input_ids": vocab_size - 1,
+        "min_value:token_type_ids": 0, "max_value:token_type_ids": type_vocab_size - 1,
+        "min_value:attention_mask": 0, "max_value:attention_mask": 1,
+    }  # fmt: skip
     python_model = model_config(
         "bert_squad_python", backend="python", max_batch_size=max_batch_size, inputs=inputs, outputs=outputs,
-        instance_kind="KIND_CPU", dynamic_batching=batching,
+        instance_kind="KIND_CPU", dynamic_batching=batching, parameters=value_ranges,
     )  # fmt: skip
     return [
         write_model(repo, onnx_model, {"model.onnx": Path(onnx_path)}),
-        write_model(repo, python_model, {"model.py": PYTHON_MODEL, "model.onnx": Path(onnx_path)}),
+        write_model(repo, python_model, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": Path(onnx_path)}),
     ]
 
 
@@ -135,6 +153,8 @@ def main(argv=None) -> None:
         written = write_repository(
             args.model_repository,
             onnx_path,
+            vocab_size=model.config.vocab_size,
+            type_vocab_size=model.config.type_vocab_size,
             max_batch_size=args.max_batch_size,
             instance_kind=args.instance_kind,
         )

@@ -1,4 +1,10 @@
-"""Export: ONNX equals eager at other batch/sequence sizes; the real tritonserver answers like PyTorch."""
+"""Export: ONNX equals eager at other batch/sequence sizes; the real tritonserver answers like PyTorch,
+a bad request fails alone in its batch, and the deploy script stops its server however it ends."""
+
+import json
+import os
+import signal
+import sys
 
 import numpy as np
 import pytest
@@ -18,7 +24,7 @@ def exported(tmp_path_factory, tiny_vocab):
     out = tmp_path_factory.mktemp("export")
     onnx_path = export_onnx(model, out / "model.onnx")
     repo = out / "repository"
-    write_repository(repo, onnx_path, max_batch_size=8)
+    write_repository(repo, onnx_path, vocab_size=vocab_size, max_batch_size=8)
     return model, onnx_path, repo
 
 
@@ -45,13 +51,16 @@ def test_onnx_matches_eager_for_other_shapes(exported):
 def test_repository_configs_parse(exported):
     from zoo.triton import parse_pbtxt
 
-    _, _, repo = exported
+    model, _, repo = exported
     for name, backend in [("bert_squad_onnx", "onnxruntime"), ("bert_squad_python", "python")]:
         config = parse_pbtxt((repo / name / "config.pbtxt").read_text())
         assert config.backend == backend and config.max_batch_size == 8
         assert [list(i.dims) for i in config.input] == [[-1]] * 3
         assert (repo / name / "1" / "model.onnx").is_file()
     assert (repo / "bert_squad_python" / "1" / "model.py").is_file()
+    parameters = parse_pbtxt((repo / "bert_squad_python" / "config.pbtxt").read_text()).parameters
+    assert parameters["max_value:input_ids"].string_value == str(model.config.vocab_size - 1)
+    assert parameters["max_value:token_type_ids"].string_value == "1"
 
 
 def test_tritonserver_answers_with_the_pytorch_span(exported, tiny_vocab, tmp_path):
@@ -96,3 +105,88 @@ def test_export_bad_checkpoint_is_one_line_error(tmp_path):
     torch.save({"weights": 1}, tmp_path / "odd.pt")
     with pytest.raises(SystemExit, match="carries no config"):
         load_squad_model(tmp_path / "odd.pt", None, None)
+
+
+def test_a_token_id_outside_the_vocabulary_fails_only_its_own_request(exported, tmp_path):
+    """Four requests in one batch over HTTP and gRPC: the one with token id 999999 gets an error, the
+    others the logits onnxruntime gives for them alone."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import onnxruntime as ort
+    import tritonclient.http
+    from zoo.triton import TritonServer, config_to_pbtxt, infer, parse_pbtxt
+
+    model, onnx_path, repo = exported
+    served = single_model_repository(repo, "bert_squad_python", tmp_path)
+    rng = np.random.default_rng(0)
+    requests = []
+    for batch in (1, 2, 1, 3):
+        ids = rng.integers(0, model.config.vocab_size, (batch, 16))
+        requests.append({"input_ids": ids, "token_type_ids": (np.arange(16) >= 6).astype(np.int64) + 0 * ids,
+                         "attention_mask": np.ones_like(ids)})  # fmt: skip
+    requests[2]["input_ids"][0, 5] = 999999
+    # Hold the batcher until all four have arrived, so they run as one batch.
+    config_path = served / "bert_squad_python" / "config.pbtxt"
+    config = parse_pbtxt(config_path.read_text())
+    config.dynamic_batching.preferred_batch_size[:] = [7]
+    config.dynamic_batching.max_queue_delay_microseconds = 3_000_000
+    config_path.write_text(config_to_pbtxt(config))
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    names = ["start_logits", "end_logits"]
+
+    def send(url, protocol, request):
+        try:
+            return infer(url, "bert_squad_python", request, names, protocol=protocol)
+        except RuntimeError as e:
+            return str(e)
+
+    with TritonServer(served) as server, ThreadPoolExecutor(4) as pool:
+        stats = tritonclient.http.InferenceServerClient(server.http_url)
+        for executions, (protocol, url) in enumerate(
+            [("http", server.http_url), ("grpc", server.grpc_url)], 1
+        ):
+            results = list(pool.map(lambda r, u=url, p=protocol: send(u, p, r), requests))
+            deadline = time.monotonic() + 5  # the server counts an execution after it has answered
+            while (
+                count := int(
+                    stats.get_inference_statistics("bert_squad_python")["model_stats"][0]["execution_count"]
+                )
+            ) < executions and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert count == executions, "the four requests did not run as one batch"
+            assert isinstance(results[2], str), protocol
+            assert "'input_ids' holds 999999, above its maximum" in results[2], results[2]
+            for index in (0, 1, 3):
+                assert not isinstance(results[index], str), (protocol, results[index])
+                expected = session.run(names, requests[index])
+                for name, value in zip(names, expected, strict=True):
+                    np.testing.assert_allclose(results[index][name], value, rtol=1e-5, atol=1e-5)
+        stats.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(exported, tiny_vocab, tmp_path, sig, model_dir):
+    from zoo.triton import signal_when_serving
+
+    _, _, repo = exported
+    context = (model_dir / "README.md").read_text()[:3000]
+    paragraphs = [{"context": context, "qas": [{"id": f"q{i}", "question": "What does it do?", "answers": []}
+                                               for i in range(400)]}]  # fmt: skip
+    squad = tmp_path / "questions.json"
+    squad.write_text(json.dumps({"version": "1.1", "data": [{"title": "readme", "paragraphs": paragraphs}]}))
+    command = [
+        sys.executable,
+        "-m",
+        "bert.deploy",
+        "--model-repository",
+        str(repo),
+        "--vocab",
+        str(tiny_vocab),
+    ]
+    command += ["--squad-file", str(squad), "--limit", "400", "--max-seq", "64", "--doc-stride", "24"]
+    env = {**os.environ, "PYTHONPATH": str(model_dir)}
+    run = signal_when_serving(command, sig, ready_text="tritonserver ready", env=env, cwd=tmp_path)
+    assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
+    assert run.left_running == [], run.output
+    assert run.returncode != 0 and "latency p50" not in run.output, "the signal came after the deploy ended"
