@@ -30,7 +30,7 @@ from mxnet.contrib import amp as mx_amp
 from zoo.cli import AMP_CHOICES, add_run_args, add_target_arg, parse_args, resolve_resume
 from zoo.cli import recipe_from_args as recipe_from_cli
 
-from .data import BACKENDS, DataSpec, build_loader, read_classes
+from .data import BACKENDS, DataSpec, build_loader, count_records, read_classes, record_paths
 from .evaluate import evaluate
 from .model import LAYOUTS, build_model, count_parameters
 
@@ -156,6 +156,37 @@ def read_checkpoint_state(path: str | os.PathLike) -> tuple[Path, dict]:
     return path.parent, state
 
 
+# ----------------------------------------------------------------------------- MLPerf log
+def mlperf_log_path(results_dir, resumed_after: int) -> Path:
+    """Where this job's MLPerf log goes. The compliance checker takes one run per file, so each job has
+    its own: ``mlperf.log`` from scratch, ``mlperf.resumed_after_epoch_NNN.log`` when continuing."""
+    name = f"mlperf.resumed_after_epoch_{resumed_after:03d}.log" if resumed_after else "mlperf.log"
+    return Path(results_dir) / name
+
+
+def log_mlperf_settings(mlperf, recipe: dict, *, seed, global_batch, base_lr, train_samples, eval_samples):
+    """The run's settings as MLPerf keys (the resnet ruleset's names); ``eval_samples`` None: no evaluation."""
+    opt = recipe["optimizer"]
+    name = opt.get("name", "sgd")
+    prefix = "sgd_" if name == "sgd" else ""  # the ruleset spells the SGD keys sgd_opt_*
+    mlperf.seed(seed)
+    mlperf.global_batch_size(global_batch)
+    mlperf.gradient_accumulation_steps(1)
+    mlperf.train_samples(train_samples)
+    if eval_samples is not None:
+        mlperf.eval_samples(eval_samples)
+    mlperf.hyperparameters(
+        opt_name=name,
+        **{
+            f"{prefix}opt_base_learning_rate": base_lr,
+            f"{prefix}opt_momentum": opt.get("momentum", 0.9),
+            f"{prefix}opt_weight_decay": opt.get("weight_decay", 1e-4),
+        },
+        opt_learning_rate_warmup_epochs=float(recipe["schedule"].get("warmup_epochs", 0)),
+        model_bn_span=int(recipe["data"]["batch_size"]),  # BatchNorm statistics are per device
+    )
+
+
 # ----------------------------------------------------------------------------- the run
 def build_trainer(net, recipe: dict, procs: Processes, amp: str, base_lr: float):
     opt = recipe["optimizer"]
@@ -243,6 +274,7 @@ def _drain(pending: list, loss_sum: float, correct: int, counted: int):
 def run(recipe: dict, args) -> dict:
     """Train as the recipe says; returns the final metrics (train loss, top1/top5 if evaluated)."""
     from zoo.log import MetricsLogger
+    from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger
 
     amp = recipe.get("amp") or "fp32"
     if amp not in AMP_CHOICES:
@@ -261,151 +293,178 @@ def run(recipe: dict, args) -> dict:
         # Must precede building the network: AMP rewrites the operator namespaces.
         mx_amp.init(target_dtype="float16" if amp == "fp16" else "bfloat16")
 
-    data_cfg, model_cfg, sched = recipe["data"], recipe["model"], recipe["schedule"]
-    seed = int(recipe.get("seed", 0))
-    spec = DataSpec(
-        backend=data_cfg["backend"],
-        data_dir=data_cfg.get("dir"),
-        batch_size=int(data_cfg["batch_size"]) * len(ctx),
-        image_size=int(data_cfg["image_size"]),
-        num_classes=int(model_cfg["num_classes"]),
-        num_parts=procs.world,
-        part_index=procs.rank,
-        threads=int(data_cfg.get("threads", 4)),
-        synthetic_batches=int(data_cfg.get("synthetic_batches", 20)),
-        layout=model_cfg.get("input_layout", "NCHW"),
-        random_resized_crop=bool(data_cfg.get("random_resized_crop", True)),
-        min_random_area=float(data_cfg.get("min_random_area", 0.08)),
-        mirror=bool(data_cfg.get("mirror", True)),
-    )
-    global_batch = spec.batch_size * procs.world
-    base_lr = float(recipe["optimizer"]["lr_per_256"]) * global_batch / 256
-
-    mx.random.seed(seed)
-    net = build_model(
-        spec.num_classes,
-        layout=model_cfg.get("layout", "NCHW"),
-        input_layout=spec.layout,
-        zero_init_last_gamma=model_cfg.get("zero_init_last_gamma", False),
-    )
-    net.initialize(mx.init.MSRAPrelu(factor_type="in", slope=0.0), ctx=ctx)
-    trainer = build_trainer(net, recipe, procs, amp, base_lr)
-
     results = Path(recipe["results_dir"])
-    start_epoch, step, best = 0, 0, {}
-    if recipe.get("resume"):
-        folder, state = read_checkpoint_state(recipe["resume"])
-        try:
-            net.load_parameters(str(folder / state["params"]), ctx=ctx)
-            trainer.load_states(str(folder / state["states"]))
-        except (AssertionError, OSError, mx.base.MXNetError) as e:
-            reason = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
-            raise SystemExit(f"cannot resume from {folder}: {reason}") from None
-        restore_loss_scaler(trainer, state.get("loss_scaler"))
-        start_epoch, step, best = state["epoch"], state["step"], state.get("best", {})
-    if model_cfg.get("hybridize", True):
-        net.hybridize(static_alloc=True, static_shape=True)
-
-    first = build_loader(spec, train=True, epoch=start_epoch, seed=seed, ctx=ctx[0])
-    steps_per_epoch = first.batches
-    if recipe.get("steps_per_epoch"):
-        steps_per_epoch = min(steps_per_epoch, int(recipe["steps_per_epoch"]))
-    epochs = int(sched["epochs"])
-    total_steps = epochs * steps_per_epoch
-    warmup = int(round(float(sched.get("warmup_epochs", 0)) * steps_per_epoch))
-    num_classes, smoothing = spec.num_classes, float(recipe["loss"].get("label_smoothing", 0.0))
-    logger = MetricsLogger(
-        str(results / "metrics.jsonl"),
-        enabled=procs.primary,
-        total_steps=total_steps,
-        desc="train",
-        mlperf_benchmark="resnet",
-    )
+    resume_state = read_checkpoint_state(recipe["resume"]) if recipe.get("resume") else None
+    resumed_after = resume_state[1]["epoch"] if resume_state else 0
+    mlperf_log = mlperf_log_path(results, resumed_after)
     if procs.primary:
-        print(
-            f"ResNet-50 v1.5: {count_parameters(net):,} parameters, {procs.world} process(es) x "
-            f"{len(ctx)} device(s) ({', '.join(map(str, ctx))}), global batch {global_batch}, lr {base_lr:g}, "
-            f"amp {amp}, kvstore {procs.kv.type if procs.kv else 'none'}, {steps_per_epoch} steps/epoch",
-            file=sys.stderr,
+        mlperf_log.unlink(missing_ok=True)  # a run started over (or resumed again) replaces its job's log
+    with MLPerfLogger(mlperf_log, "resnet", enabled=procs.primary) as mlperf:
+        mlperf.cache_clear(False)  # the page cache is not dropped: the first epoch may read from it
+        mlperf.init_start()
+        data_cfg, model_cfg, sched = recipe["data"], recipe["model"], recipe["schedule"]
+        seed = int(recipe.get("seed", 0))
+        spec = DataSpec(
+            backend=data_cfg["backend"],
+            data_dir=data_cfg.get("dir"),
+            batch_size=int(data_cfg["batch_size"]) * len(ctx),
+            image_size=int(data_cfg["image_size"]),
+            num_classes=int(model_cfg["num_classes"]),
+            num_parts=procs.world,
+            part_index=procs.rank,
+            threads=int(data_cfg.get("threads", 4)),
+            synthetic_batches=int(data_cfg.get("synthetic_batches", 20)),
+            layout=model_cfg.get("input_layout", "NCHW"),
+            random_resized_crop=bool(data_cfg.get("random_resized_crop", True)),
+            min_random_area=float(data_cfg.get("min_random_area", 0.08)),
+            mirror=bool(data_cfg.get("mirror", True)),
         )
-        logger.event("global_batch_size", global_batch)
-    metrics: dict = {}
-    target = recipe.get("target_top1")
-    for epoch in range(start_epoch, epochs):
-        mx.random.seed(seed + 1000 * epoch + procs.rank)
-        loader = (
-            first
-            if epoch == start_epoch
-            else build_loader(spec, train=True, epoch=epoch, seed=seed, ctx=ctx[0])
+        global_batch = spec.batch_size * procs.world
+        base_lr = float(recipe["optimizer"]["lr_per_256"]) * global_batch / 256
+
+        mx.random.seed(seed)
+        net = build_model(
+            spec.num_classes,
+            layout=model_cfg.get("layout", "NCHW"),
+            input_layout=spec.layout,
+            zero_init_last_gamma=model_cfg.get("zero_init_last_gamma", False),
         )
-        loss_sum, correct, seen, counted, tic, pending = 0.0, 0, 0, 0, time.time(), []
-        for i, (data, label, _pad) in enumerate(loader):
-            if i >= steps_per_epoch:
-                break
-            lr = learning_rate(
-                step, base_lr=base_lr, warmup_steps=warmup, total_steps=total_steps, kind=sched["kind"]
+        net.initialize(mx.init.MSRAPrelu(factor_type="in", slope=0.0), ctx=ctx)
+        trainer = build_trainer(net, recipe, procs, amp, base_lr)
+
+        start_epoch, step, best = 0, 0, {}
+        if resume_state:
+            folder, state = resume_state
+            try:
+                net.load_parameters(str(folder / state["params"]), ctx=ctx)
+                trainer.load_states(str(folder / state["states"]))
+            except (AssertionError, OSError, mx.base.MXNetError) as e:
+                reason = str(e).strip().splitlines()[-1][:200] if str(e).strip() else type(e).__name__
+                raise SystemExit(f"cannot resume from {folder}: {reason}") from None
+            restore_loss_scaler(trainer, state.get("loss_scaler"))
+            start_epoch, step, best = state["epoch"], state["step"], state.get("best", {})
+        if model_cfg.get("hybridize", True):
+            net.hybridize(static_alloc=True, static_shape=True)
+
+        first = build_loader(spec, train=True, epoch=start_epoch, seed=seed, ctx=ctx[0])
+        steps_per_epoch = first.batches
+        if recipe.get("steps_per_epoch"):
+            steps_per_epoch = min(steps_per_epoch, int(recipe["steps_per_epoch"]))
+        epochs = int(sched["epochs"])
+        total_steps = epochs * steps_per_epoch
+        warmup = int(round(float(sched.get("warmup_epochs", 0)) * steps_per_epoch))
+        num_classes, smoothing = spec.num_classes, float(recipe["loss"].get("label_smoothing", 0.0))
+        logger = MetricsLogger(
+            str(results / "metrics.jsonl"),
+            enabled=procs.primary,
+            total_steps=total_steps,
+            desc="train",
+        )
+        if procs.primary:
+            print(
+                f"ResNet-50 v1.5: {count_parameters(net):,} parameters, {procs.world} process(es) x "
+                f"{len(ctx)} device(s) ({', '.join(map(str, ctx))}), global batch {global_batch}, lr {base_lr:g}, "
+                f"amp {amp}, kvstore {procs.kv.type if procs.kv else 'none'}, {steps_per_epoch} steps/epoch",
+                file=sys.stderr,
             )
-            trainer.set_learning_rate(lr)
-            # Gradients are summed over devices and workers by the kvstore: normalise by the global batch.
-            loss, hits = train_step(
-                net,
-                trainer,
-                data,
-                label,
-                ctx,
-                num_classes=num_classes,
-                smoothing=smoothing,
-                amp=amp,
-                step_batch=global_batch if procs.hvd is None else spec.batch_size,
+        evaluating = recipe.get("evaluate", True) and spec.backend != "synthetic"
+        log_mlperf_settings(
+            mlperf,
+            recipe,
+            seed=seed,
+            global_batch=global_batch,
+            base_lr=base_lr,
+            train_samples=first.num_samples,
+            eval_samples=count_records(record_paths(spec.data_dir, "val")[1]) if evaluating else None,
+        )
+        mlperf.init_stop()
+        mlperf.run_start()
+        metrics: dict = {}
+        # The run's status: success once validation top-1 reaches the target (MLPerf's 75.9% without one).
+        quality = float(recipe.get("target_top1") or 100 * CLOSED_TARGETS["resnet"])
+        status = "aborted"
+        for epoch in range(start_epoch, epochs):
+            mlperf.epoch_start(epoch + 1, samples=step * global_batch)
+            mx.random.seed(seed + 1000 * epoch + procs.rank)
+            loader = (
+                first
+                if epoch == start_epoch
+                else build_loader(spec, train=True, epoch=epoch, seed=seed, ctx=ctx[0])
             )
-            step += 1
-            seen += data.shape[0]
-            pending.append((loss, hits, data.shape[0]))
-            if len(pending) >= LOG_EVERY:  # reading values waits for the devices: only now and then
-                loss_sum, correct, counted = _drain(pending, loss_sum, correct, counted)
-            logger.progress(
-                i + 1, data.shape[0] * procs.world, {"loss": loss_sum / max(1, counted), "lr": lr}
-            )
-        loss_sum, correct, counted = _drain(pending, loss_sum, correct, counted)
-        # BatchNorm's running statistics are written by the engine outside the static graph's
-        # dependency tracking: wait for every pending write before reading or saving them.
-        mx.nd.waitall()
-        elapsed = time.time() - tic
-        metrics = {
-            "loss": loss_sum / max(1, seen),
-            "train_top1": correct / max(1, seen),
-            "images_per_s": seen * procs.world / max(elapsed, 1e-9),
-        }
-        if recipe.get("evaluate", True) and spec.backend != "synthetic":
-            val = build_loader(spec, train=False, epoch=epoch, seed=seed, ctx=ctx[0])
-            with MetricsLogger(enabled=procs.primary, total_steps=val.batches, desc="eval") as progress:
-                metrics.update(evaluate(net, val, ctx, progress))
-            if metrics["top1"] > best.get("top1", -1):
-                best = {"top1": metrics["top1"], "top5": metrics["top5"], "epoch": epoch + 1}
-        logger.log(step, dict(metrics, epoch=epoch + 1), units={"images_per_s": " img/s"}, phase="epoch")
-        procs.barrier()
-        if procs.primary and recipe.get("checkpoint", True):
-            state = {
-                "epoch": epoch + 1,
-                "step": step,
-                "best": best,
-                "metrics": metrics,
-                "loss_scaler": loss_scaler_state(trainer),
-                "num_classes": num_classes,
-                "classes": read_classes(spec.data_dir),
-                "layout": model_cfg.get("layout", "NCHW"),
-                "input_layout": spec.layout,
-                "image_size": spec.image_size,
-                "amp": amp,
+            loss_sum, correct, seen, counted, tic, pending = 0.0, 0, 0, 0, time.time(), []
+            for i, (data, label, _pad) in enumerate(loader):
+                if i >= steps_per_epoch:
+                    break
+                lr = learning_rate(
+                    step, base_lr=base_lr, warmup_steps=warmup, total_steps=total_steps, kind=sched["kind"]
+                )
+                trainer.set_learning_rate(lr)
+                # Gradients are summed over devices and workers by the kvstore: normalise by the global batch.
+                loss, hits = train_step(
+                    net,
+                    trainer,
+                    data,
+                    label,
+                    ctx,
+                    num_classes=num_classes,
+                    smoothing=smoothing,
+                    amp=amp,
+                    step_batch=global_batch if procs.hvd is None else spec.batch_size,
+                )
+                step += 1
+                seen += data.shape[0]
+                pending.append((loss, hits, data.shape[0]))
+                if len(pending) >= LOG_EVERY:  # reading values waits for the devices: only now and then
+                    loss_sum, correct, counted = _drain(pending, loss_sum, correct, counted)
+                logger.progress(
+                    i + 1, data.shape[0] * procs.world, {"loss": loss_sum / max(1, counted), "lr": lr}
+                )
+            loss_sum, correct, counted = _drain(pending, loss_sum, correct, counted)
+            # BatchNorm's running statistics are written by the engine outside the static graph's
+            # dependency tracking: wait for every pending write before reading or saving them.
+            mx.nd.waitall()
+            elapsed = time.time() - tic
+            mlperf.epoch_stop(epoch + 1, samples=step * global_batch)
+            metrics = {
+                "loss": loss_sum / max(1, seen),
+                "train_top1": correct / max(1, seen),
+                "images_per_s": seen * procs.world / max(elapsed, 1e-9),
             }
-            save_checkpoint(results, epoch, net, trainer, state)
-        procs.barrier()
-        if recipe.get("stop_after") and epoch + 1 - start_epoch >= int(recipe["stop_after"]):
-            break  # a time-limited job: --resume continues from here
-        if target and 100 * metrics.get("top1", 0) >= float(target):  # top1 is a fraction, the target %
-            logger.event("run_stop", {"status": "success", "top1": metrics["top1"]})
-            break
-    logger.close()
+            if evaluating:
+                mlperf.eval_start(epoch + 1, samples=step * global_batch)
+                val = build_loader(spec, train=False, epoch=epoch, seed=seed, ctx=ctx[0])
+                with MetricsLogger(enabled=procs.primary, total_steps=val.batches, desc="eval") as progress:
+                    metrics.update(evaluate(net, val, ctx, progress))
+                mlperf.eval_stop(epoch + 1, samples=step * global_batch)
+                mlperf.eval_accuracy(metrics["top1"], epoch + 1, samples=step * global_batch)
+                if metrics["top1"] > best.get("top1", -1):
+                    best = {"top1": metrics["top1"], "top5": metrics["top5"], "epoch": epoch + 1}
+            logger.log(step, dict(metrics, epoch=epoch + 1), units={"images_per_s": " img/s"}, phase="epoch")
+            procs.barrier()
+            if procs.primary and recipe.get("checkpoint", True):
+                state = {
+                    "epoch": epoch + 1,
+                    "step": step,
+                    "best": best,
+                    "metrics": metrics,
+                    "loss_scaler": loss_scaler_state(trainer),
+                    "num_classes": num_classes,
+                    "classes": read_classes(spec.data_dir),
+                    "layout": model_cfg.get("layout", "NCHW"),
+                    "input_layout": spec.layout,
+                    "image_size": spec.image_size,
+                    "amp": amp,
+                }
+                save_checkpoint(results, epoch, net, trainer, state)
+            procs.barrier()
+            if 100 * metrics.get("top1", 0) >= quality:  # top1 is a fraction, the target a percentage
+                status = "success"
+                if recipe.get("target_top1"):
+                    break
+            if recipe.get("stop_after") and epoch + 1 - start_epoch >= int(recipe["stop_after"]):
+                break  # a time-limited job: --resume continues from here
+        mlperf.run_stop(status)
+        logger.close()
     results.mkdir(parents=True, exist_ok=True)
     if procs.primary:
         net.save_parameters(str(results / "final.params"))

@@ -8,6 +8,7 @@ import sys
 
 import mxnet as mx
 import numpy as np
+import pytest
 from mx_resnet_testing import MODEL_DIR, RECIPE, epoch_metrics, run_module
 from resnet50_mx.launch import launch
 
@@ -51,6 +52,89 @@ def test_resume_equals_unbroken_run(tmp_path, digits_rec):
     for key in a:  # running statistics included
         np.testing.assert_array_equal(a[key].asnumpy(), b[key].asnumpy(), err_msg=key)
     assert epoch_metrics(tmp_path / "unbroken")[-1]["loss"] == epoch_metrics(tmp_path / "resumed")[-1]["loss"]
+    # each job has its own MLPerf log (the checker takes one run per file); the time-limited job aborted
+    first, second = (mlperf_events(tmp_path / "resumed" / name) for name in MLPERF_LOGS_OF_RESUMED_RUN)
+    assert [e["metadata"]["epoch_num"] for e in first if e["key"] == "epoch_start"] == [1]
+    assert [e["metadata"]["epoch_num"] for e in second if e["key"] == "epoch_start"] == [2]
+    assert [e["metadata"]["status"] for e in first + second if e["key"] == "run_stop"] == [
+        "aborted",
+        "aborted",
+    ]
+
+
+MLPERF_LOGS_OF_RESUMED_RUN = ("mlperf.log", "mlperf.resumed_after_epoch_001.log")
+
+
+def mlperf_events(path) -> list[dict]:
+    marker = ":::MLLOG "
+    return [json.loads(line.split(marker, 1)[1]) for line in path.read_text().splitlines() if marker in line]
+
+
+def test_mlperf_log_passes_the_compliance_checker(trained, tmp_path):
+    from zoo.mlperf import RULESETS, MLPerfComplianceError, check_log
+
+    log = trained / "mlperf.log"
+    assert RULESETS["resnet"] == "4.0.0"
+    assert check_log(log, "resnet").strip().endswith("SUCCESS")
+    events = mlperf_events(log)
+    keys = [e["key"] for e in events]
+    assert keys[:7] == [
+        "submission_benchmark",
+        "submission_org",
+        "submission_division",
+        "submission_status",
+        "submission_platform",
+        "cache_clear",
+        "init_start",
+    ]
+    per_epoch = ["epoch_start", "epoch_stop", "eval_start", "eval_stop", "eval_accuracy"]
+    assert keys[keys.index("init_stop") :] == ["init_stop", "run_start", *per_epoch, *per_epoch, "run_stop"]
+    values = {e["key"]: e["value"] for e in events}
+    assert values["submission_benchmark"] == "resnet" and values["submission_division"] == "open"
+    assert (values["global_batch_size"], values["train_samples"], values["eval_samples"]) == (32, 1438, 359)
+    assert values["opt_name"] == "sgd" and values["sgd_opt_base_learning_rate"] == 0.2 * 32 / 256
+    accuracy = [e for e in events if e["key"] == "eval_accuracy"]
+    assert [e["value"] for e in accuracy] == [m["top1"] for m in epoch_metrics(trained)]  # fractions
+    assert [e["metadata"]["epoch_num"] for e in accuracy] == [1, 2]
+    status = events[-1]["metadata"]["status"]
+    assert status == ("success" if max(e["value"] for e in accuracy) >= 0.759 else "aborted")
+    # the checker does reject a broken sequence: the same log without its run_stop
+    broken = tmp_path / "mlperf.log"
+    broken.write_text("".join(line for line in log.read_text().splitlines(True) if '"run_stop"' not in line))
+    with pytest.raises(MLPerfComplianceError, match="run_stop"):
+        check_log(broken, "resnet")
+
+
+def test_tensorboard_scalars_of_the_run(trained):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert list((trained / "tensorboard").glob("events.out.tfevents.*"))
+    events = EventAccumulator(str(trained / "tensorboard"))
+    events.Reload()
+    top1 = [(s.step, s.value) for s in events.Scalars("epoch/top1")]
+    expected = [
+        (22 * (i + 1), pytest.approx(m["top1"], rel=1e-6)) for i, m in enumerate(epoch_metrics(trained))
+    ]
+    assert top1 == expected
+
+
+def test_target_top1_ends_the_run_with_success(tmp_path, digits_rec):
+    from zoo.mlperf import check_log
+
+    run_module(
+        "train",
+        "--recipe", RECIPE,
+        "--data-dir", digits_rec,
+        "--epochs", 3,
+        "--steps-per-epoch", 2,
+        "--set", "data.threads=1",
+        "--target-top1", 2,  # percent: ten balanced classes give any network about 10%
+        "--results-dir", tmp_path,
+    )  # fmt: skip
+    assert len(epoch_metrics(tmp_path)) == 1 and 100 * epoch_metrics(tmp_path)[0]["top1"] >= 2
+    events = mlperf_events(tmp_path / "mlperf.log")
+    assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
+    check_log(tmp_path / "mlperf.log", "resnet")
 
 
 def _dist_sync_run(results, data):
