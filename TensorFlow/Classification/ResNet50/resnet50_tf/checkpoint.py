@@ -1,10 +1,43 @@
-"""Load weights into the model: our training checkpoints (a run directory or a checkpoint prefix) and
-Keras-Applications ResNet-50 .h5 files (see keras_applications.py)."""
+"""Load weights into the model: our training checkpoints (a run directory or a checkpoint prefix),
+Keras-Applications ResNet-50 .h5 files (see keras_applications.py), and registry names
+(checkpoints.yaml, pulled through zoo.checkpoints; ``scripts/download_checkpoint.sh {list,pull NAME}``)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+REGISTRY = Path(__file__).resolve().parents[1] / "checkpoints.yaml"
+
+
+def resolve_checkpoint(checkpoint: str, cache_dir=None):
+    """(path, preprocessing or None) for a ``--checkpoint`` argument: an existing path as it is, or a
+    registry name pulled into the cache with its entry's preprocessing."""
+    if Path(checkpoint).exists() or Path(checkpoint + ".index").exists() or os.sep in checkpoint:
+        return checkpoint, None
+    from zoo.checkpoints import CheckpointError, fetch, load_registry
+
+    try:
+        entry = load_registry(REGISTRY).get(checkpoint)
+        path = fetch(entry, cache_dir=cache_dir)
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
+    return str(path), entry.preprocessing
+
+
+def load_keras_applications_model(path, image_size: int = 224):
+    """(model, info) for a Keras-Applications .h5 with its classifier: our v1 model with caffe input."""
+    from resnet50_tf.keras_applications import read_h5_weights
+    from resnet50_tf.model import resnet50
+
+    predictions = read_h5_weights(path).get("predictions")
+    if not predictions:
+        raise SystemExit(f"{path} has no classifier (a notop file): it cannot be evaluated or exported")
+    num_classes = int(predictions[-1].shape[0])
+    model = resnet50(num_classes, image_size=image_size, variant="v1", input_mode="caffe")
+    restore_weights(model, path)
+    return model, {"num_classes": num_classes, "image_size": image_size}
 
 
 def find_checkpoint(path) -> tuple[str, Path | None]:

@@ -97,18 +97,30 @@ def _train_image(encoded, image_size: int, seed, min_area: float = 0.08):
     return normalize(image)
 
 
-def eval_image(encoded, image_size: int):
-    """Resize the shorter side to image_size / 0.875, centre crop image_size."""
+def eval_image(encoded, image_size: int, preprocessing=None):
+    """Resize the shorter side to image_size / 0.875, centre crop image_size; or, for a registry
+    checkpoint, its ``preprocessing`` (zoo.checkpoints.Preprocessing: resize, interpolation, mean, std;
+    its crop must be image_size)."""
+    if preprocessing is not None and preprocessing.crop != image_size:
+        raise SystemExit(
+            f"error: image size {image_size} differs from the checkpoint's crop {preprocessing.crop}"
+        )
+    short_side = preprocessing.resize if preprocessing else image_size / EVAL_CROP_FRACTION
+    method = preprocessing.interpolation if preprocessing else "bilinear"
     image = tf.io.decode_jpeg(encoded, channels=3)
     shape = tf.cast(tf.shape(image)[:2], tf.float32)
-    scale = (image_size / EVAL_CROP_FRACTION) / tf.reduce_min(shape)
+    scale = short_side / tf.reduce_min(shape)
     new_shape = tf.cast(tf.round(shape * scale), tf.int32)
-    image = tf.image.resize(image, new_shape, method="bilinear", antialias=True)
+    image = tf.image.resize(image, new_shape, method=method, antialias=True)
     top = (new_shape[0] - image_size) // 2
     left = (new_shape[1] - image_size) // 2
     image = image[top : top + image_size, left : left + image_size, :]
     image.set_shape([image_size, image_size, 3])
-    return normalize(image)
+    if preprocessing is None:
+        return normalize(image)
+    mean = tf.constant([255 * m for m in preprocessing.mean], tf.float32)
+    std = tf.constant([255 * s for s in preprocessing.std], tf.float32)
+    return (tf.cast(image, tf.float32) - mean) / std
 
 
 def _parse(record, label_offset: int):
@@ -180,8 +192,9 @@ def build_eval_dataset(
     batch_size: int,
     image_size: int,
     input_context: tf.distribute.InputContext | None = None,
+    preprocessing=None,
 ) -> tf.data.Dataset:
-    """Every validation image once, in order; the last batch may be short."""
+    """Every validation image once, in order; the last batch may be short (``preprocessing``: eval_image)."""
     files = info.files("val")
     ds, (n, i, by_file) = _shard(files, input_context)
     ds = ds.flat_map(tf.data.TFRecordDataset)
@@ -191,7 +204,7 @@ def build_eval_dataset(
 
     def parse(record):
         encoded, label = _parse(record, offset)
-        return eval_image(encoded, image_size), label
+        return eval_image(encoded, image_size, preprocessing), label
 
     ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size).prefetch(tf.data.AUTOTUNE).with_options(_options())

@@ -23,7 +23,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="evaluate.sh", description="Top-1/top-5 of a ResNet-50 checkpoint on the validation TFRecords."
     )
     p.add_argument(
-        "--checkpoint", required=True, help="run directory, checkpoint prefix, or Keras-Applications .h5"
+        "--checkpoint",
+        required=True,
+        help="run directory, checkpoint prefix, Keras-Applications .h5, or registry name (checkpoints.yaml)",
     )
     p.add_argument(
         "--data-dir",
@@ -54,11 +56,12 @@ def main(argv=None) -> dict:
 
     runtime = make_runtime("auto")
     from resnet50_tf import data
-    from resnet50_tf.checkpoint import find_checkpoint, read_run_info, restore_weights
+    from resnet50_tf.checkpoint import find_checkpoint, read_run_info, resolve_checkpoint, restore_weights
     from resnet50_tf.model import resnet50
     from resnet50_tf.train import build_step_functions, evaluate_model, set_precision
 
     info = None if args.synthetic else data.read_dataset_info(args.data_dir)
+    args.checkpoint, preprocessing = resolve_checkpoint(args.checkpoint)
     keras_h5 = str(args.checkpoint).endswith(".h5")
     if keras_h5:  # Keras Applications weights: ResNet-50 v1 with BGR "caffe" input, run as published
         run = {}
@@ -72,7 +75,14 @@ def main(argv=None) -> dict:
         raise SystemExit(
             f"checkpoint has {run.get('num_classes')} classes but {args.data_dir} has {info.num_classes}"
         )
-    image_size = args.image_size or run.get("image_size", 224)
+    image_size = args.image_size or (preprocessing.crop if preprocessing else run.get("image_size", 224))
+    if preprocessing:  # a registry checkpoint is scored as it was published
+        print(f"preprocessing: {preprocessing.describe()}", file=sys.stderr)
+    else:
+        print(
+            f"preprocessing: resize {round(image_size / data.EVAL_CROP_FRACTION)}, crop {image_size}",
+            file=sys.stderr,
+        )
     set_precision(args.amp)
     with runtime.strategy.scope():
         variant = dict(variant="v1", input_mode="caffe") if keras_h5 else {}
@@ -82,7 +92,7 @@ def main(argv=None) -> dict:
     if args.synthetic:
         metrics = _evaluate_synthetic(runtime, eval_step, info.num_classes, args.batch_size, image_size)
     else:
-        metrics = evaluate_model(runtime, eval_step, info, args.batch_size, image_size)
+        metrics = evaluate_model(runtime, eval_step, info, args.batch_size, image_size, preprocessing)
     line = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
     print(line)
     if args.results_dir:

@@ -147,7 +147,11 @@ def main(argv=None) -> list[Path]:
         prog="export_triton.sh",
         description="Export a checkpoint as SavedModel + ONNX into a Triton model repository.",
     )
-    p.add_argument("--checkpoint", required=True, help="training run directory or checkpoint prefix")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="training run directory, checkpoint prefix, Keras-Applications .h5 or registry name",
+    )
     p.add_argument("--model-repository", default="model_repository", help="output Triton model repository")
     p.add_argument("--image-size", type=int, help="default: the run's")
     p.add_argument("--max-batch-size", type=int, default=64)
@@ -157,9 +161,20 @@ def main(argv=None) -> list[Path]:
     if args.max_batch_size < 1:
         raise SystemExit("--max-batch-size must be >= 1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from resnet50_tf.checkpoint import load_model_from_run
+    from resnet50_tf.checkpoint import load_keras_applications_model, load_model_from_run, resolve_checkpoint
 
-    model, info = load_model_from_run(args.checkpoint, image_size=args.image_size)
+    checkpoint, preprocessing = resolve_checkpoint(args.checkpoint)
+    if preprocessing:  # clients must prepare images as the checkpoint was published
+        print(f"preprocessing: {preprocessing.describe()}")
+        if args.image_size and args.image_size != preprocessing.crop:
+            raise SystemExit(
+                f"error: --image-size {args.image_size} differs from the checkpoint's crop {preprocessing.crop}"
+            )
+    image_size = args.image_size or (preprocessing.crop if preprocessing else None)
+    if checkpoint.endswith(".h5"):
+        model, info = load_keras_applications_model(checkpoint, image_size or 224)
+    else:
+        model, info = load_model_from_run(checkpoint, image_size=image_size)
     image_size = int(model.input.shape[1])
     classes = info.get("classes") or [str(i) for i in range(info["num_classes"])]
     repo = Path(args.model_repository)

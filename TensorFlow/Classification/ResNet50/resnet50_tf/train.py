@@ -207,9 +207,10 @@ def build_step_functions(runtime, model, optimizer, global_batch: int, label_smo
     return train_step, eval_step
 
 
-def evaluate_model(runtime, eval_step, info, batch_size: int, image_size: int) -> dict:
+def evaluate_model(runtime, eval_step, info, batch_size: int, image_size: int, preprocessing=None) -> dict:
     """Top-1 / top-5 (%) over the whole validation split, summed over every replica and worker; the
-    chief draws a progress line (batches done/total, images/s) on the console."""
+    chief draws a progress line (batches done/total, images/s) on the console. ``preprocessing``: a
+    registry checkpoint's (see data.eval_image)."""
     import numpy as np
     from zoo.log import MetricsLogger
 
@@ -220,7 +221,9 @@ def evaluate_model(runtime, eval_step, info, batch_size: int, image_size: int) -
             import tensorflow as tf
 
             ctx = tf.distribute.InputContext(runtime.num_workers, runtime.worker_index, 1)
-        return build_eval_dataset(info, batch_size, image_size, input_context=ctx)
+        return build_eval_dataset(
+            info, batch_size, image_size, input_context=ctx, preprocessing=preprocessing
+        )
 
     dist = runtime.strategy.distribute_datasets_from_function(dataset_fn)
     batches = max(1, math.ceil(info.val_examples / (batch_size * runtime.num_replicas)))

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Pull a pretrained checkpoint by name from checkpoints.yaml (verified, cached). --list names them.
+# This model's pretrained checkpoints (checkpoints.yaml beside scripts/), through zoo.checkpoints:
+#   scripts/download_checkpoint.sh list                          name, format, size, accuracy, description
+#   scripts/download_checkpoint.sh pull NAME [--cache-dir DIR]   download (resumed, verified), print the path
+# Files are cached in --cache-dir, else $ZOO_CACHE, else ~/.cache/zoo/checkpoints.
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:$PYTHONPATH}"
-export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-exec "${PYTHON:-python}" -m resnet50_tf.pretrained "$@"
+exec "${PYTHON:-python}" -m zoo.checkpoints --registry "${MODEL_DIR}/checkpoints.yaml" \
+  --prog scripts/download_checkpoint.sh "$@"

@@ -47,36 +47,64 @@ def test_keras_applications_weights_load_exactly(tmp_path, policy):
     np.testing.assert_allclose(probs, np.asarray(expected), rtol=1e-3, atol=1e-4)
 
 
-def test_pull_from_local_server(tmp_path, monkeypatch):
-    """scripts/download_checkpoint.sh's module against an http.server on 127.0.0.1: verified, cached."""
-    import hashlib
-
-    from resnet50_tf.pretrained import main
-
-    payload = b"weights" * 1000
-    (tmp_path / "srv").mkdir()
-    (tmp_path / "srv" / "w.h5").write_bytes(payload)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "srv"))
+@pytest.fixture
+def served(tmp_path):
+    """A folder served over HTTP on 127.0.0.1; yields (folder, base URL)."""
+    folder = tmp_path / "srv"
+    folder.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *args: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/w.h5"
-        registry = tmp_path / "checkpoints.yaml"
-        good, bad = hashlib.sha256(payload).hexdigest(), "0" * 64
-        registry.write_text(
-            "checkpoints:\n"
-            + "".join(
-                f"- {{name: {n}, url: '{url}', sha256: '{h}', size: {len(payload)}, format: keras_h5,"
-                " framework: tensorflow, model: resnet50_v1}\n"
-                for n, h in (("good", good), ("bad", bad))
-            )
+    yield folder, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_registry_name_is_pulled_and_evaluated_with_its_preprocessing(
+    served, tmp_path, monkeypatch, capsys, policy
+):
+    """evaluate.sh --checkpoint NAME: pulled from a server on 127.0.0.1, scored with the entry's preprocessing."""
+    import keras
+    from resnet50_tf import checkpoint, evaluate
+
+    folder, url = served
+    keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=1000).save(folder / "w.h5")
+    (folder / "login.h5").write_text("<!DOCTYPE html><html><body>Please sign in</body></html>")
+    registry = tmp_path / "checkpoints.yaml"
+    pre = "{resize: 36, crop: 32, interpolation: bicubic, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}"
+    registry.write_text(
+        "checkpoints:\n"
+        + "".join(
+            f"- {{name: {name}, url: '{url}/{file}', sha256: null, size: null, format: hdf5,"
+            f" framework: tensorflow, model: resnet50_v1, preprocessing: {pre}}}\n"
+            for name, file in (("good", "w.h5"), ("login", "login.h5"))
         )
-        cache = tmp_path / "cache"
-        path = main(["good", "--registry", str(registry), "--cache-dir", str(cache)])
-        assert Path(path).read_bytes() == payload
-        with pytest.raises(SystemExit, match="sha256"):
-            main(["bad", "--registry", str(registry), "--cache-dir", str(tmp_path / "cache2")])
-        with pytest.raises(SystemExit, match="unknown|known"):
-            main(["nope", "--registry", str(registry), "--cache-dir", str(cache)])
-    finally:
-        server.shutdown()
+    )
+    monkeypatch.setattr(checkpoint, "REGISTRY", registry)
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
+    metrics = evaluate.main(["--checkpoint", "good", "--synthetic", "--batch-size", "2"])
+    assert metrics["synthetic"] and metrics["images"] == 4
+    assert "preprocessing: resize 36, crop 32, bicubic, mean (0.485, 0.456, 0.406)" in capsys.readouterr().err
+    assert (tmp_path / "cache" / "good" / "w.h5").read_bytes() == (folder / "w.h5").read_bytes()
+    with pytest.raises(SystemExit, match="not an HDF5 file but an HTML page"):
+        checkpoint.resolve_checkpoint("login")
+    assert not (tmp_path / "cache" / "login").exists() or not any((tmp_path / "cache" / "login").iterdir())
+    with pytest.raises(SystemExit, match="unknown checkpoint 'nope'"):
+        checkpoint.resolve_checkpoint("nope")
+
+
+def test_eval_image_uses_the_entry_resize():
+    """A V2-style entry (resize 232, crop 224) resizes the short side to 232, where ours use 256."""
+    import tensorflow as tf
+    from resnet50_tf.data import eval_image
+    from zoo.checkpoints import Preprocessing
+
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    pixels = tf.constant(np.random.default_rng(0).integers(0, 256, (300, 400, 3)), tf.uint8)
+    encoded = tf.io.encode_jpeg(pixels, quality=100)
+    got = eval_image(encoded, 224, Preprocessing(232, 224, "bilinear", mean, std)).numpy()
+    decoded = tf.io.decode_jpeg(encoded, channels=3)
+    resized = tf.image.resize(decoded, [232, 309], method="bilinear", antialias=True)[4:228, 42:266, :]
+    expected = (resized.numpy() - 255 * np.array(mean)) / (255 * np.array(std))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+    assert not np.allclose(got, eval_image(encoded, 224).numpy(), atol=1e-2)  # ours: resize 256
