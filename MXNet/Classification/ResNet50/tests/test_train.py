@@ -221,3 +221,15 @@ def test_one_process_two_devices_through_kvstore_device():
             a, b = (param.data(c).asnumpy() for c in ctx)
             np.testing.assert_array_equal(a, b, err_msg=name)
     assert not np.array_equal(net.fc.weight.data(ctx[0]).asnumpy(), before)
+
+
+def test_evaluation_shows_progress_and_runs_in_bf16(trained, digits_rec):
+    proc = run_module(
+        "evaluate", "--checkpoint", trained, "--data-dir", digits_rec, "--batch-size", 32, "--amp", "bf16"
+    )
+    assert "evaluate  [####################] 12/12" in proc.stderr  # 359 images in batches of 32
+    assert "items/s" in proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    state = json.loads((trained / "checkpoints" / "latest.json").read_text())
+    assert result["images"] == 359
+    assert abs(result["top1"] - state["metrics"]["top1"]) < 0.05  # bf16 logits: a few images may flip
