@@ -75,3 +75,22 @@ def test_the_checker_rejects_a_broken_log(interrupted_and_resumed, tmp_path):
     broken.write_text("".join(line for line in lines if '"key": "run_start"' not in line))
     with pytest.raises(MLPerfComplianceError, match="run_start"):
         check_log(broken, "resnet")
+
+
+def test_tensorboard_scalars_beside_the_metrics(interrupted_and_resumed):
+    """zoo.log writes every logged metric as a TensorBoard scalar under RESULTS_DIR/tensorboard."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logdir = interrupted_and_resumed / "tensorboard"
+    assert sorted(logdir.glob("events.out.tfevents.*"))
+    accumulator = EventAccumulator(str(logdir))
+    accumulator.Reload()
+    scalars = {tag: accumulator.Scalars(tag) for tag in accumulator.Tags()["scalars"]}
+    metrics = [
+        json.loads(line) for line in (interrupted_and_resumed / "metrics.jsonl").read_text().splitlines()
+    ]
+    val = [m for m in metrics if m.get("phase") == "val"]
+    assert [(e.step, round(e.value, 4)) for e in scalars["val/top1"]] == [
+        (m["step"], round(m["metrics"]["top1"], 4)) for m in val
+    ]
+    assert [e.step for e in scalars["train/loss"]] == [2, 4]  # one line per epoch end (2 steps each)
