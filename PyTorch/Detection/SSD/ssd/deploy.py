@@ -47,10 +47,17 @@ def main(argv=None) -> None:
             raise SystemExit(f"{repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
-            with TritonServer(tmp) as server:
-                url = server.http_url if a.protocol == "http" else server.grpc_url
-                infer(url, MODEL, inputs, OUTPUTS, protocol=a.protocol)  # warm-up
-                out, ms = timed_infer(infer, url, inputs, a.protocol)
+            try:
+                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
+                with TritonServer(tmp) as server:
+                    url = server.http_url if a.protocol == "http" else server.grpc_url
+                    print(
+                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
+                    )
+                    infer(url, MODEL, inputs, OUTPUTS, protocol=a.protocol)  # warm-up
+                    out, ms = timed_infer(infer, url, inputs, a.protocol)
+            except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
+                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
     print(f"served latency: {ms:.1f} ms for {len(a.images)} image(s) over {a.protocol}", file=sys.stderr)
     for i, path in enumerate(a.images):
         n = int(out["num_detections"][i, 0])

@@ -6,9 +6,11 @@ The repository holds three models:
   ssd300_onnx          onnxruntime_onnx: raw head outputs ``loc (N, 8732, 4)``, ``logits (N, 8732, C)``
   ssd300_decoded_onnx  onnxruntime_onnx: post-processing inside, ``boxes (N, 8732, 4)`` xyxy in [0, 1]
                        and ``scores (N, 8732, C)`` (softmax); NMS is left to the client
-  ssd300_python        python backend: the decoded ONNX model in onnxruntime plus per-class NMS,
-                       ``detection_boxes (N, K, 4)``, ``detection_scores``, ``detection_labels`` (0 = padding)
-                       and ``num_detections``; the same boxes as :func:`ssd.boxes.postprocess`
+  ssd300_python        python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+                       over the decoded ONNX model, with per-class NMS (ssd/triton_postprocess.py as its
+                       postprocess file), ``detection_boxes (N, K, 4)``, ``detection_scores``,
+                       ``detection_labels`` (0 = padding) and ``num_detections``; the same boxes as
+                       :func:`ssd.boxes.postprocess`
 Input everywhere: ``images (N, 3, 300, 300)`` FP32, normalised with the ImageNet mean/std.
 """
 
@@ -25,83 +27,7 @@ from ssd.boxes import default_boxes
 from ssd.model import SSD300, SSDWithPostprocess
 
 MAX_DETECTIONS = 200
-
-PYTHON_MODEL = '''"""SSD300 served by the python backend: decoded ONNX model in onnxruntime + per-class NMS in numpy."""
-
-import json
-from pathlib import Path
-
-import numpy as np
-import onnxruntime as ort
-import triton_python_backend_utils as pb_utils
-
-SETTINGS = json.loads("""{settings}""")
-
-
-def nms(boxes, scores, threshold):
-    """Greedy NMS (torchvision's rule: drop a box whose IoU with a kept one exceeds ``threshold``)."""
-    order = np.argsort(-scores, kind="stable")
-    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    keep = []
-    while order.size:
-        i = order[0]
-        keep.append(i)
-        rest = order[1:]
-        lt = np.maximum(boxes[i, :2], boxes[rest, :2])
-        rb = np.minimum(boxes[i, 2:], boxes[rest, 2:])
-        inter = np.clip(rb - lt, 0, None).prod(axis=1)
-        iou = inter / np.maximum(area[i] + area[rest] - inter, 1e-12)
-        order = rest[iou <= threshold]
-    return np.array(keep, dtype=np.int64)
-
-
-def detect(boxes, scores, s):
-    fg = scores[:, 1:]
-    k = min(s["candidates_per_class"], fg.shape[0])
-    idx = np.argsort(-fg, axis=0, kind="stable")[:k]  # (k, C-1)
-    top = np.take_along_axis(fg, idx, axis=0)
-    classes = np.broadcast_to(np.arange(1, scores.shape[1]), idx.shape)
-    idx, top, classes = idx.reshape(-1), top.reshape(-1), classes.reshape(-1)
-    ok = top > s["score_threshold"]
-    idx, top, classes = idx[ok], top[ok], classes[ok]
-    cand = boxes[idx]
-    keep_all = []
-    for c in np.unique(classes):
-        sel = np.nonzero(classes == c)[0]
-        keep_all.append(sel[nms(cand[sel], top[sel], s["nms_threshold"])])
-    keep = np.concatenate(keep_all) if keep_all else np.zeros(0, np.int64)
-    keep = keep[np.argsort(-top[keep], kind="stable")][: s["max_detections"]]
-    return cand[keep], top[keep], classes[keep]
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        path = Path(__file__).parent / "model.onnx"
-        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-
-    def execute(self, requests):
-        responses = []
-        k = SETTINGS["max_detections"]
-        for request in requests:
-            images = pb_utils.get_input_tensor_by_name(request, "images").as_numpy().astype(np.float32)
-            boxes, scores = self.session.run(["boxes", "scores"], {{"images": images}})
-            n = images.shape[0]
-            out_b = np.zeros((n, k, 4), np.float32)
-            out_s = np.zeros((n, k), np.float32)
-            out_l = np.zeros((n, k), np.int64)
-            count = np.zeros((n, 1), np.int64)
-            for i in range(n):
-                b, sc, lab = detect(boxes[i], scores[i], SETTINGS)
-                m = len(sc)
-                out_b[i, :m], out_s[i, :m], out_l[i, :m], count[i, 0] = b, sc, lab, m
-            responses.append(pb_utils.InferenceResponse([
-                pb_utils.Tensor("detection_boxes", out_b),
-                pb_utils.Tensor("detection_scores", out_s),
-                pb_utils.Tensor("detection_labels", out_l),
-                pb_utils.Tensor("num_detections", count),
-            ]))
-        return responses
-'''
+POSTPROCESS = Path(__file__).with_name("triton_postprocess.py")
 
 
 def export_onnx(model: SSD300, path: str | Path, *, postprocess: bool, image_size: int = 300) -> Path:
@@ -138,9 +64,7 @@ def write_repository(
     nms_threshold: float = 0.5,
 ) -> Path:
     """Write the three models of the module docstring into ``repository``; returns its path."""
-    import json
-
-    from zoo.triton import TensorSpec, model_config, write_model
+    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     repo = Path(repository)
     c = model.num_classes
@@ -173,6 +97,7 @@ def write_repository(
         )
         write_model(repo, cfg, {"model.onnx": decoded})
         settings = {
+            "postprocess": "postprocess.py",
             "score_threshold": score_threshold,
             "nms_threshold": nms_threshold,
             "max_detections": MAX_DETECTIONS,
@@ -191,9 +116,10 @@ def write_repository(
             ],
             instance_kind="KIND_CPU",
             dynamic_batching=batching,
+            parameters=settings,
         )
-        code = PYTHON_MODEL.format(settings=json.dumps(settings))
-        write_model(repo, cfg, {"model.py": code.encode(), "model.onnx": decoded})
+        files = {"model.py": ONNX_PYTHON_MODEL, "model.onnx": decoded, "postprocess.py": POSTPROCESS}
+        write_model(repo, cfg, files)
     return repo
 
 

@@ -1,13 +1,21 @@
+"""ONNX parity with eager, the python backend's NMS against PyTorch's, the real tritonserver, and the
+deploy script stopping its server however it ends."""
+
+import os
 import shutil
+import signal
 import sys
-import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from ssd.boxes import default_boxes, match, postprocess
-from ssd.export import PYTHON_MODEL, export_onnx, write_repository
+from ssd.export import export_onnx, write_repository
 from ssd.model import SSD300, SSDWithPostprocess
+from ssd.triton_postprocess import detect
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -49,25 +57,7 @@ def test_onnx_export_matches_eager_with_and_without_postprocessing(model, images
     np.testing.assert_allclose(o_scores, scores[:1].numpy(), atol=1e-4)
 
 
-def load_python_model(tmp_path):
-    """The python-backend model.py, with a stand-in for triton_python_backend_utils."""
-    sys.modules.setdefault("triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
-    ns = {"__file__": str(tmp_path / "model.py")}
-    exec(
-        compile(
-            PYTHON_MODEL.format(
-                settings='{"score_threshold": 0.05, "nms_threshold": 0.5, '
-                '"max_detections": 200, "candidates_per_class": 200}'
-            ),
-            "model.py",
-            "exec",
-        ),
-        ns,
-    )
-    return ns
-
-
-def test_python_backend_nms_equals_torch_postprocess(tmp_path):
+def test_python_backend_nms_equals_torch_postprocess():
     db = default_boxes()
     g = torch.Generator().manual_seed(0)
     gt = torch.tensor([[[0.1, 0.1, 0.4, 0.5], [0.5, 0.5, 0.9, 0.95], [0.45, 0.5, 0.85, 0.9]]])
@@ -79,8 +69,8 @@ def test_python_backend_nms_equals_torch_postprocess(tmp_path):
 
     boxes = decode(loc, db).clamp(0, 1)[0].numpy()
     scores = torch.softmax(logits, -1)[0].numpy()
-    ns = load_python_model(tmp_path)
-    b, s, lab = ns["detect"](boxes, scores, ns["SETTINGS"])
+    settings = dict(score_threshold=0.05, nms_threshold=0.5, max_detections=200, candidates_per_class=200)
+    b, s, lab = detect(boxes, scores, **settings)
     assert len(det.scores) > 3
     order = det.scores.argsort(descending=True, stable=True)
     np.testing.assert_allclose(s, det.scores[order].numpy(), rtol=1e-6)
@@ -119,3 +109,27 @@ def test_repository_served_by_tritonserver_gives_pytorch_boxes(model, images, tm
                 np.testing.assert_array_equal(out["detection_labels"][i, :n], det.labels[order].numpy())
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(model, tmp_path, sig):
+    from PIL import Image
+    from zoo.triton import signal_when_serving
+
+    repo = write_repository(model, tmp_path / "repo", max_batch_size=8, instance_kind="KIND_CPU")
+    Image.new("RGB", (320, 240), (40, 120, 200)).save(tmp_path / "blue.png")
+    command = [
+        sys.executable,
+        "-m",
+        "ssd.deploy",
+        "--repository",
+        str(repo),
+        *[str(tmp_path / "blue.png")] * 8,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(MODEL_DIR)}
+    run = signal_when_serving(command, sig, ready_text="tritonserver ready", env=env, cwd=tmp_path)
+    assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
+    assert run.left_running == [], run.output
+    assert run.returncode != 0 and "served latency" not in run.output, (
+        "the signal came after the deploy ended"
+    )
