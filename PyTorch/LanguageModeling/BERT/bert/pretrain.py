@@ -21,6 +21,7 @@ from zoo.checkpoints import CheckpointError, atomic_write
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_cli_args
 from zoo.log import MetricsLogger
+from zoo.mlperf import MLPerfLogger
 from zoo.torch import (
     autocast,
     check_replicas_agree,
@@ -105,6 +106,11 @@ def build_recipe(args) -> dict:
     target = recipe.get("target_mlm_accuracy")
     if target is not None and not 0 < target <= 1:
         raise SystemExit(f"error: target_mlm_accuracy {target} is not a fraction in (0, 1] (MLPerf's 0.720)")
+    compile_mode_of(recipe.get("compile"))  # bad values end here, before anything is written
+    try:
+        lamb_implementation(recipe["optimizer"].get("implementation", "auto"), "cpu")
+    except ValueError as e:
+        raise SystemExit(f"recipe optimizer.implementation: {e}") from None
     return recipe
 
 
@@ -130,9 +136,10 @@ def build_batches(args, recipe: dict, env):
     return batches, data.spec, data.specials.vocab_size
 
 
-def build_eval_batches(path, recipe: dict, env) -> list[dict]:
-    """This rank's share of the first ``eval_samples`` samples of epoch 0's stream of ``path``, in
-    micro-batches: masks are drawn from the seed, so every evaluation of every run sees the same set."""
+def build_eval_batches(path, recipe: dict, env) -> tuple[list[dict], int]:
+    """(this rank's share of the first ``eval_samples`` samples of epoch 0's stream of ``path`` in
+    micro-batches, the number of samples over all ranks). Masks are drawn from the seed, so every
+    evaluation of every run sees the same set."""
     data = PretrainingData(path, seed=recipe["seed"])
     if data.spec.max_seq != recipe["max_seq"]:
         raise SystemExit(
@@ -141,7 +148,51 @@ def build_eval_batches(path, recipe: dict, env) -> list[dict]:
     count = min(recipe["eval_samples"], len(data))
     size = recipe["batch_size"]
     firsts = range(0, count, size)[env.rank :: env.world_size]
-    return [collate([data.sample(0, i) for i in range(f, min(f + size, count))], nsp=False) for f in firsts]
+    batches = [
+        collate([data.sample(0, i) for i in range(f, min(f + size, count))], nsp=False) for f in firsts
+    ]
+    return batches, count
+
+
+def mlperf_log_path(results: Path, resumed: bool, primary: bool) -> Path:
+    """A new run writes mlperf.log (replacing an older one); each resumed run writes a file of its own,
+    mlperf_resume<N>.log, since the compliance checker takes one run per file."""
+    if not resumed:
+        path = results / "mlperf.log"
+        if primary:
+            path.unlink(missing_ok=True)  # the logger appends
+        return path
+    n = 1
+    while (results / f"mlperf_resume{n}.log").exists():
+        n += 1
+    return results / f"mlperf_resume{n}.log"
+
+
+def log_mlperf_recipe(mlperf, recipe: dict, spec, global_batch: int, train_samples: int, eval_samples: int):
+    """The sizes and hyper-parameters MLPerf's BERT rules ask for, from this run's recipe."""
+    opt_cfg = recipe["optimizer"]
+    total_steps = recipe["steps"]
+    warmup = recipe["schedule"]["warmup"]
+    warmup_steps = int(warmup * total_steps if warmup < 1 else warmup)
+    beta_1, beta_2 = opt_cfg.get("betas", (0.9, 0.999))
+    mlperf.seed(recipe["seed"])
+    mlperf.global_batch_size(global_batch)
+    mlperf.gradient_accumulation_steps(recipe["accumulation"])
+    mlperf.train_samples(train_samples)
+    mlperf.eval_samples(eval_samples)
+    mlperf.hyperparameters(
+        opt_name="lamb",
+        opt_base_learning_rate=opt_cfg["lr"],
+        opt_lamb_epsilon=opt_cfg.get("eps", 1e-6),
+        opt_lamb_beta_1=beta_1,
+        opt_lamb_beta_2=beta_2,
+        opt_lamb_weight_decay_rate=opt_cfg["weight_decay"],
+        opt_learning_rate_training_steps=total_steps,
+        opt_learning_rate_warmup_steps=warmup_steps,
+        num_warmup_steps=warmup_steps,
+        start_warmup_step=0,
+        max_sequence_length=spec.max_seq,
+    )
 
 
 @torch.no_grad()
@@ -282,44 +333,63 @@ def forward_loss(model, batch: dict, device, amp: str, nsp: bool):
     return pretraining_loss(mlm_logits, batch["mlm_labels"], nsp_logits, batch.get("nsp_labels"))
 
 
+def steps_to_next_eval(step: int, eval_every: int, end: int, eval_batches) -> int:
+    """Optimizer steps from ``step`` to the next evaluation, at most to the run's last step ``end``
+    (without evaluation data: to ``end``)."""
+    if eval_batches is None:
+        return end - step
+    return min((step // eval_every + 1) * eval_every, end) - step
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     recipe = build_recipe(args)
     results = Path(args.results_dir)
-    checkpoint_path = results / CHECKPOINT_NAME
-    resume_from = resolve_resume(args.resume, checkpoint_path)
+    resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
     env, device = init_distributed(args.device)
     fast_math(device)
     batches, spec, vocab_size = build_batches(args, recipe, env)
-    eval_batches = None
+    eval_batches, eval_samples = None, 0
     if not args.synthetic:
-        eval_dir = args.eval_data_dir or args.data_dir
         if args.eval_data_dir is None and env.is_primary:
             print(
                 f"MLM accuracy on the first {recipe['eval_samples']} training samples "
                 "(--eval-data-dir: held-out ones)",
                 flush=True,
             )
-        eval_batches = build_eval_batches(eval_dir, recipe, env)
-    target = recipe.get("target_mlm_accuracy")
-    if target is not None and eval_batches is None:
+        eval_batches, eval_samples = build_eval_batches(args.eval_data_dir or args.data_dir, recipe, env)
+    if recipe.get("target_mlm_accuracy") is not None and eval_batches is None:
         raise SystemExit("error: --target-mlm-accuracy needs prepared data (--data-dir), not --synthetic")
+    log_path = mlperf_log_path(results, resumed=resume_from is not None, primary=env.is_primary)
+    with MLPerfLogger(log_path, "bert", enabled=env.is_primary) as mlperf:
+        mlperf.cache_clear(False)  # the record the rules ask for; dropping the page cache needs root
+        mlperf.init_start()
+        model = train(
+            args, recipe, env, device, batches=batches, spec=spec, vocab_size=vocab_size,
+            eval_batches=eval_batches, eval_samples=eval_samples, resume_from=resume_from, mlperf=mlperf,
+        )  # fmt: skip
+    check_replicas_agree(model, env)
+    close_distributed()
+
+
+def train(
+    args, recipe, env, device, *, batches, spec, vocab_size, eval_batches, eval_samples, resume_from, mlperf
+) -> BertForPreTraining:
+    """Build the model and LAMB, continue ``resume_from`` if given, and train to the recipe's last step,
+    the target MLM accuracy or ``--stop-after``; writes checkpoint.pt, model.pt and the logs."""
+    target = recipe.get("target_mlm_accuracy")
     model = build_model(recipe, vocab_size, spec.nsp, args.init_checkpoint).to(device)
 
     amp = recipe["amp"]
     bf16_weights = weights_of(recipe, amp, env)
     opt_cfg = recipe["optimizer"]
-    try:
-        implementation = lamb_implementation(opt_cfg.get("implementation", "auto"), device)
-    except ValueError as e:
-        raise SystemExit(f"recipe optimizer.implementation: {e}") from None
     optimizer = Lamb(
         parameter_groups(model, opt_cfg["weight_decay"], adapt=True),  # LAMB: no trust ratio undecayed
         lr=opt_cfg["lr"],
         betas=tuple(opt_cfg.get("betas", (0.9, 0.999))),
         eps=opt_cfg.get("eps", 1e-6),
         max_grad_norm=opt_cfg.get("max_grad_norm", 1.0),
-        implementation=implementation,
+        implementation=lamb_implementation(opt_cfg.get("implementation", "auto"), device),
         master_weights=bf16_weights,  # taken from the fp32 model, before it is converted below
     )
     total_steps = recipe["steps"]
@@ -334,6 +404,8 @@ def main(argv=None) -> None:
     step = 0
     if resume_from is not None:
         step = load_checkpoint(resume_from, model, optimizer, schedule, scaler)
+    results = Path(args.results_dir)
+    checkpoint_path = results / CHECKPOINT_NAME
     if bf16_weights:
         model.to(torch.bfloat16)
 
@@ -357,11 +429,16 @@ def main(argv=None) -> None:
     steps_this_run = total_steps - step
     if args.stop_after is not None:
         steps_this_run = min(steps_this_run, args.stop_after)
+    steps_end = step + steps_this_run
     log = MetricsLogger(
         str(results / "metrics.jsonl"), enabled=env.is_primary, total_steps=total_steps, desc="pretrain"
     )
+    global_batch = recipe["batch_size"] * accumulation * env.world_size
+    train_samples = (
+        len(batches.data) if isinstance(batches, PretrainingBatches) else total_steps * global_batch
+    )
+    log_mlperf_recipe(mlperf, recipe, spec, global_batch, train_samples, eval_samples)
     if env.is_primary:
-        global_batch = recipe["batch_size"] * accumulation * env.world_size
         print(
             f"{recipe['model']} ({parameter_count(model) / 1e6:.1f}M parameters), seq {spec.max_seq}, "
             f"global batch {global_batch} = {recipe['batch_size']} x {accumulation} accumulation x {env.world_size} "
@@ -378,6 +455,15 @@ def main(argv=None) -> None:
     model.train()
     log_every = recipe.get("log_every", 10)
     eval_every = recipe["eval_every"]
+    reached = False
+    mlperf.init_stop()
+    mlperf.run_start()
+    # MLPerf's BERT logs count progress in samples trained ("epoch_num"), a block per evaluation
+    block_first = step * global_batch
+    mlperf.block_start(
+        block_first, steps_to_next_eval(step, eval_every, steps_end, eval_batches) * global_batch
+    )
+    block_open = True
     window_start, window_sequences, window_steps = time.perf_counter(), 0, 0
     loss_sum = torch.zeros((), device=device)
     mlm_sum = torch.zeros((), device=device)
@@ -436,17 +522,34 @@ def main(argv=None) -> None:
             loss_sum.zero_()
             mlm_sum.zero_()
             window_start, window_sequences, window_steps = time.perf_counter(), 0, 0
-        if eval_batches is not None and (step % eval_every == 0 or last):
+        # every eval_every steps, and at the end of this run: its log reports the quality it left
+        if eval_batches is not None and (step % eval_every == 0 or last or step == steps_end):
             eval_began = time.perf_counter()
+            samples = step * global_batch
+            mlperf.block_stop(block_first)
+            block_open = False
+            mlperf.eval_start(samples)
             accuracy = mlm_accuracy(model, eval_batches, device, amp, env)
+            mlperf.eval_stop(samples)
+            mlperf.eval_accuracy(accuracy, samples)
             log.log(step, {"mlm_accuracy": accuracy}, phase="eval")
-            if target is not None and accuracy >= target:
-                last = True
+            reached = target is not None and accuracy >= target
+            last = last or reached
+            if not last and step < steps_end:
+                block_first = samples
+                mlperf.block_start(
+                    block_first, steps_to_next_eval(step, eval_every, steps_end, eval_batches) * global_batch
+                )
+                block_open = True
             window_start += time.perf_counter() - eval_began  # evaluation is not training time
         if env.is_primary and step % recipe["checkpoint_every"] == 0 and not last:
             save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
         if last:
             break
+    if block_open:  # no evaluation data
+        mlperf.block_stop(block_first)
+    finished = step == total_steps and target is None
+    mlperf.run_stop("success" if reached or finished else "aborted")
     if env.is_primary:
         save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
         with atomic_write(results / "model.pt") as tmp:
@@ -457,8 +560,7 @@ def main(argv=None) -> None:
             torch.save(state, tmp)
         print(f"step {step}: checkpoint {checkpoint_path}, weights {results / 'model.pt'}", flush=True)
     log.close()
-    check_replicas_agree(model, env)
-    close_distributed()
+    return model
 
 
 if __name__ == "__main__":

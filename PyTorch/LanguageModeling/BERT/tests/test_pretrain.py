@@ -8,9 +8,18 @@ import sys
 import pytest
 import torch
 from bert import pretrain
+from zoo.mlperf import RULESETS, check_log
 
 MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(MODEL_DIR, "configs", "pretrain_tiny_cpu.yaml")
+
+
+def mlperf_events(path):
+    return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in open(path) if ":::MLLOG " in line]
+
+
+def run_status(path):
+    return [e["metadata"]["status"] for e in mlperf_events(path) if e["key"] == "run_stop"]
 
 
 def train_metrics(results, phase="train"):
@@ -43,6 +52,23 @@ def test_tiny_bert_learns_english(phase1):
     assert accuracy[40] > 0.02 and accuracy[40] >= accuracy[10], accuracy
 
 
+def test_mlperf_log_passes_the_bert_compliance_check(phase1):
+    assert RULESETS["bert"] == "5.0.0"  # the ruleset README.md names
+    check_log(phase1 / "mlperf.log", "bert")
+    events = mlperf_events(phase1 / "mlperf.log")
+    keys = [e["key"] for e in events]
+    assert keys[0] == "submission_benchmark" and events[0]["value"] == "bert"
+    assert keys.index("init_stop") < keys.index("run_start") < keys.index("block_start")
+    evaluations = [e for e in events if e["key"] == "eval_accuracy"]
+    # progress in samples trained, as MLPerf's BERT logs count it: 8 samples a step, evaluated every 10
+    assert [e["metadata"]["epoch_num"] for e in evaluations] == [80, 160, 240, 320]
+    eval_metrics = train_metrics(phase1, "eval")
+    assert [e["value"] for e in evaluations] == [eval_metrics[s]["mlm_accuracy"] for s in (10, 20, 30, 40)]
+    assert keys.count("block_start") == keys.count("block_stop") == 4
+    assert run_status(phase1 / "mlperf.log") == ["success"]  # every step run, no target given
+    assert "target_reached" not in keys
+
+
 def test_resume_continues_exactly(packed_data, tmp_path):
     args = ("--steps", "8", "--log-every", "4", "--checkpoint-every", "2")
     run(packed_data, tmp_path / "whole", *args)
@@ -51,6 +77,11 @@ def test_resume_continues_exactly(packed_data, tmp_path):
     with pytest.raises(SystemExit, match="checkpoint.pt exists: pass --resume auto to continue it"):
         run(packed_data, tmp_path / "broken", *args)  # no --resume: finished work is never overwritten
     run(packed_data, tmp_path / "broken", *args, "--resume", "auto")
+    # one MLPerf run per file: the resumed run writes its own log, and both pass the checker
+    for log in ("mlperf.log", "mlperf_resume1.log"):
+        check_log(tmp_path / "broken" / log, "bert")
+    assert run_status(tmp_path / "broken" / "mlperf.log") == ["aborted"]  # left at --stop-after
+    assert run_status(tmp_path / "broken" / "mlperf_resume1.log") == ["success"]
     whole = torch.load(tmp_path / "whole" / "model.pt", weights_only=True)["model"]
     broken = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["model"]
     for key in whole:
@@ -196,6 +227,8 @@ def test_training_stops_at_the_target_mlm_accuracy(packed_data, tmp_path):
     assert list(train_metrics(tmp_path, "eval")) == [2]  # reached at the first evaluation
     assert max(train_metrics(tmp_path)) == 2
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 2
+    assert run_status(tmp_path / "mlperf.log") == ["success"]
+    check_log(tmp_path / "mlperf.log", "bert")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
