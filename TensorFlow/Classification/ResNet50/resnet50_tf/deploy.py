@@ -21,6 +21,7 @@ import numpy as np
 
 
 def load_images(paths: list[str], image_size: int) -> np.ndarray:
+    """The images, preprocessed as for evaluation: float32 NHWC (``to_nchw`` gives the served layout)."""
     import tensorflow as tf
 
     from resnet50_tf.data import eval_image
@@ -52,6 +53,11 @@ def load_validation(data_dir: str, image_size: int, count: int) -> tuple[np.ndar
     return np.concatenate(images)[:count], np.concatenate(labels)[:count], info.classes
 
 
+def to_nchw(images: np.ndarray) -> np.ndarray:
+    """NHWC images (the Keras layout) in the NCHW layout the served models take."""
+    return np.ascontiguousarray(images.transpose(0, 3, 1, 2))
+
+
 def read_labels(repo: Path, model: str) -> list[str] | None:
     path = repo / model / "labels.txt"
     return path.read_text().splitlines() if path.is_file() else None
@@ -60,7 +66,7 @@ def read_labels(repo: Path, model: str) -> list[str] | None:
 def classify(
     url: str, model: str, images: np.ndarray, protocol: str, batch_size: int
 ) -> tuple[np.ndarray, list]:
-    """Logits for every image, sent in batches; and the latency of each request (ms)."""
+    """Logits for every image (NCHW), sent in batches; and the latency of each request (ms)."""
     from zoo.triton import infer
 
     logits, latencies = [], []
@@ -97,17 +103,17 @@ def main(argv=None) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from zoo.triton import TritonServer, parse_pbtxt
 
-    image_size = int(parse_pbtxt(config.read_text()).input[0].dims[0])
+    image_size = int(parse_pbtxt(config.read_text()).input[0].dims[-1])
     labels = None
     if args.synthetic:
         rng = np.random.default_rng(0)
-        images = rng.standard_normal((args.count, image_size, image_size, 3)).astype(np.float32)
+        images = rng.standard_normal((args.count, 3, image_size, image_size)).astype(np.float32)
         names, classes = [f"random[{i}]" for i in range(args.count)], None
     elif args.data_dir:
         images, labels, classes = load_validation(args.data_dir, image_size, args.count)
-        names = [f"val[{i}]" for i in range(len(images))]
+        images, names = to_nchw(images), [f"val[{i}]" for i in range(len(images))]
     else:
-        images, names, classes = load_images(args.images, image_size), args.images, None
+        images, names, classes = to_nchw(load_images(args.images, image_size)), args.images, None
     classes = read_labels(repo, args.model) or classes
 
     def run(url):
@@ -122,6 +128,7 @@ def main(argv=None) -> dict:
         only = Path(tempfile.mkdtemp(prefix="zoo-repo-"))
         (only / args.model).symlink_to((repo / args.model).resolve(), target_is_directory=True)
         try:
+            # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
             with TritonServer(only, python_env=args.python_env) as server:
                 url = server.http_url if args.protocol == "http" else server.grpc_url
                 print(f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr)

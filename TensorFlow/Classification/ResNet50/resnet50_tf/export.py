@@ -6,10 +6,13 @@ The repository gets three models over the same weights, each with a config.pbtxt
 Triton's ModelConfig:
   resnet50_tf_savedmodel  platform tensorflow_savedmodel (Triton's TensorFlow backend)
   resnet50_tf_onnx        backend onnxruntime
-  resnet50_tf_python      backend python: model.py runs the ONNX model with onnxruntime (for servers
-                          with only the python backend, such as the nvidia-pytriton wheel's)
-Input `images`: float32 NHWC [batch, size, size, 3], normalised (resnet50_tf.data.normalize);
-output `logits`: float32 [batch, classes], with the class names as Triton labels (labels.txt).
+  resnet50_tf_python      backend python: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+                          over the same ONNX model (for servers with only the python backend, such
+                          as the nvidia-pytriton wheel's)
+Input `images`: float32 NCHW [batch, 3, size, size], normalised (resnet50_tf.data.normalize), the
+layout every ResNet-50 of the zoo serves (the Keras model runs NHWC: the serving function
+transposes); output `logits`: float32 [batch, classes], with the class names as Triton labels
+(labels.txt).
 """
 
 from __future__ import annotations
@@ -21,16 +24,16 @@ import tempfile
 from pathlib import Path
 
 INPUT, OUTPUT = "images", "logits"
-PYTHON_MODEL = Path(__file__).resolve().parent / "triton" / "model.py"
 ONNX_OPSET = 17
 
 
 def _serving_fn(model, image_size: int):
     import tensorflow as tf
 
-    @tf.function(input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name=INPUT)])
+    @tf.function(input_signature=[tf.TensorSpec([None, 3, image_size, image_size], tf.float32, name=INPUT)])
     def serve(images):
-        return {OUTPUT: tf.cast(model(images, training=False), tf.float32)}
+        nhwc = tf.transpose(images, [0, 2, 3, 1])
+        return {OUTPUT: tf.cast(model(nhwc, training=False), tf.float32)}
 
     return serve
 
@@ -92,9 +95,9 @@ def write_repository(
     instance_kind: str = "KIND_GPU",
 ) -> list[Path]:
     """The three Triton models (see the module docstring); returns their directories."""
-    from zoo.triton import TensorSpec, model_config, write_model
+    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
-    inputs = [TensorSpec(INPUT, "FP32", [image_size, image_size, 3])]
+    inputs = [TensorSpec(INPUT, "FP32", [3, image_size, image_size])]
     outputs = [TensorSpec(OUTPUT, "FP32", [len(classes)])]
     batching = {"preferred_batch_size": [b for b in (8, 16, 32) if b <= max_batch_size] or [max_batch_size]}
     batching["max_queue_delay_microseconds"] = 100
@@ -125,10 +128,9 @@ def write_repository(
                 "resnet50_tf_python",
                 backend="python",
                 instance_kind="KIND_CPU",  # the python model runs onnxruntime on the CPU
-                parameters={"onnx_file": "model.onnx"},
                 **common,
             ),
-            {"model.py": PYTHON_MODEL, "model.onnx": onnx_path},
+            {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path},
         )
     )
     written = []
