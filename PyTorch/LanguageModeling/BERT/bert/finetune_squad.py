@@ -1,8 +1,11 @@
 """SQuAD v1.1 fine-tuning and prediction: train from a pretrained checkpoint, predict answer spans,
 score them with the official EM/F1.
 
-    python -m bert.finetune_squad --do-train --do-predict --train-file train-v1.1.json \\
-        --predict-file dev-v1.1.json --vocab vocab.txt --init-checkpoint model.pt
+    python -m bert.finetune_squad --do-train --do-predict --data-dir data/squad --vocab vocab.txt \\
+        --init-checkpoint model.pt --target-f1 90.5
+
+Launch with ``scripts/train.sh squad`` (fine-tuning, torchrun for several GPUs) or
+``scripts/evaluate.sh`` (prediction and score of a fine-tuned checkpoint).
 """
 
 from __future__ import annotations
@@ -18,25 +21,38 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from zoo.checkpoints import CheckpointError, atomic_write
+from zoo.cli import add_run_args, add_target_arg, recipe_from_args
+from zoo.cli import parse_args as parse_cli_args
 from zoo.log import MetricsLogger
-from zoo.recipe import load_recipe, parse_overrides
+from zoo.torch import (
+    autocast,
+    close_distributed,
+    distributed_model,
+    fast_math,
+    grad_scaler,
+    init_distributed,
+    parameter_groups,
+    seed_everything,
+)
 
 from bert import convert
 from bert.lamb import warmup_poly_schedule
 from bert.model import BertConfig, BertForQuestionAnswering, bert_config
-from bert.pretrain import CONFIG_DIR, init_distributed
 from bert.squad import best_spans, evaluate_predictions, make_features, read_squad
 from bert.tokenization import load_tokenizer
 
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+TRAIN_FILE, DEV_FILE = "train-v1.1.json", "dev-v1.1.json"  # as scripts/download_data.sh squad writes them
+# flag -> recipe key; a flag left unset keeps the recipe's value (zoo.cli maps --amp to amp)
 FLAG_KEYS = {
     "model": "model",
     "epochs": "epochs",
     "batch_size": "batch_size",
     "lr": "optimizer.lr",
-    "amp": "amp",
     "max_seq": "max_seq",
     "doc_stride": "doc_stride",
     "seed": "seed",
+    "target_f1": "target_f1",
 }
 
 
@@ -44,33 +60,49 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m bert.finetune_squad", description="SQuAD v1.1 fine-tuning / prediction."
     )
-    p.add_argument("--recipe", default=str(CONFIG_DIR / "squad_1gpu.yaml"))
+    add_run_args(
+        p,
+        default_recipe=CONFIG_DIR / "squad_1gpu.yaml",
+        resume=False,
+        data_help=f"folder with {TRAIN_FILE} and {DEV_FILE} (scripts/download_data.sh squad; $DATA_DIR)",
+    )
+    add_target_arg(p, "f1", unit="%", example=90.5)
     p.add_argument("--do-train", action="store_true")
     p.add_argument("--do-predict", action="store_true")
-    p.add_argument("--train-file", help="train-v1.1.json")
-    p.add_argument("--predict-file", help="dev-v1.1.json")
+    p.add_argument("--train-file", help=f"default: DATA_DIR/{TRAIN_FILE}")
+    p.add_argument("--predict-file", help=f"default: DATA_DIR/{DEV_FILE}")
     p.add_argument("--vocab", required=True, help="vocab.txt of the pretrained model")
     p.add_argument("--init-checkpoint", help="pretrained or fine-tuned weights (ours, Hugging Face, Google)")
-    p.add_argument("--results-dir", default="results/squad")
     p.add_argument("--model", help="bert-large, bert-base or bert-tiny")
-    p.add_argument("--epochs", type=float)
+    p.add_argument("--epochs", type=int)
     p.add_argument("--max-steps", type=int, help="stop training after this many steps")
     p.add_argument("--batch-size", type=int, help="per process")
     p.add_argument("--lr", type=float)
-    p.add_argument("--amp", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--max-seq", type=int)
     p.add_argument("--doc-stride", type=int)
     p.add_argument("--seed", type=int)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--device", default=None)
-    args = p.parse_args(argv)
+    args = parse_cli_args(p, argv)
+    if args.data_dir:
+        args.train_file = args.train_file or str(Path(args.data_dir) / TRAIN_FILE)
+        args.predict_file = args.predict_file or str(Path(args.data_dir) / DEV_FILE)
     if not (args.do_train or args.do_predict):
         p.error("give --do-train and/or --do-predict")
     if args.do_train and not args.train_file:
-        p.error("--do-train needs --train-file")
+        p.error("--do-train needs --train-file or --data-dir")
     if args.do_predict and not args.predict_file:
-        p.error("--do-predict needs --predict-file")
+        p.error("--do-predict needs --predict-file or --data-dir")
     return args
+
+
+def build_recipe(args) -> dict:
+    recipe = recipe_from_args(args, FLAG_KEYS)
+    target = recipe.get("target_f1")
+    if target is not None and not 1 < target <= 100:
+        raise SystemExit(f"error: target_f1 {target} is not a percentage in (1, 100] (e.g. 90.5)")
+    if target is not None and not args.do_predict:
+        raise SystemExit("error: --target-f1 needs --do-predict (F1 is measured on the dev set)")
+    return recipe
 
 
 def build_model(recipe, vocab_size: int, init_checkpoint: str | None) -> BertForQuestionAnswering:
@@ -82,7 +114,7 @@ def build_model(recipe, vocab_size: int, init_checkpoint: str | None) -> BertFor
                 config = BertConfig.from_dict(saved["config"])
         except Exception:
             pass  # not a torch file: convert.load_into reports what it is
-    torch.manual_seed(recipe["seed"])
+    seed_everything(recipe["seed"])
     model = BertForQuestionAnswering(config)
     if init_checkpoint:
         try:
@@ -92,7 +124,10 @@ def build_model(recipe, vocab_size: int, init_checkpoint: str | None) -> BertFor
     return model
 
 
-def train(model, features, recipe, args, env, device, log) -> None:
+def train(model, features, recipe, args, env, device, log, end_of_epoch=None) -> int:
+    """Fine-tune for the recipe's epochs (or --max-steps); returns the steps trained.
+    ``end_of_epoch(epoch, step)``, called on every rank after each whole epoch, returns True to stop
+    early (the target is reached)."""
     n = len(features)
     batch = recipe["batch_size"]
     steps_per_epoch = n // (batch * env.world_size)
@@ -101,24 +136,17 @@ def train(model, features, recipe, args, env, device, log) -> None:
     total = max(1, int(recipe["epochs"] * steps_per_epoch))
     if args.max_steps:
         total = min(total, args.max_steps)
-    decay, plain = [], []
-    for name, p in model.named_parameters():
-        (plain if p.ndim < 2 or name.endswith("bias") else decay).append(p)
     opt_cfg = recipe["optimizer"]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": opt_cfg["weight_decay"]}, {"params": plain, "weight_decay": 0.0}],
+        parameter_groups(model, opt_cfg["weight_decay"]),
         lr=opt_cfg["lr"],
         eps=opt_cfg.get("eps", 1e-6),
         fused=device.type == "cuda",
     )
     schedule = warmup_poly_schedule(optimizer, total_steps=total, warmup=recipe["warmup"], power=1.0)
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[recipe["amp"]]
-    scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
-    train_model = model
-    if env.world_size > 1:
-        train_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
+    amp = recipe["amp"]
+    scaler = grad_scaler(device, amp)
+    train_model = distributed_model(model, device) if env.world_size > 1 else model
     arrays = {
         k: torch.from_numpy(getattr(features, k))
         for k in ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
@@ -132,18 +160,14 @@ def train(model, features, recipe, args, env, device, log) -> None:
         rows = torch.from_numpy(order[first : first + batch])
         b = {k: v[rows].to(device, non_blocking=True) for k, v in arrays.items()}
         torch.manual_seed(recipe["seed"] * 1_000_003 + step * 1009 + env.rank)
-        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+        with autocast(device, amp):
             start, end = train_model(b["input_ids"], b["token_type_ids"], b["attention_mask"])
         loss = (F.cross_entropy(start, b["start_positions"]) + F.cross_entropy(end, b["end_positions"])) / 2
-        (scaler.scale(loss) if scaler else loss).backward()
-        if scaler:
-            scaler.unscale_(optimizer)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        if scaler:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
+        scaler.step(optimizer)
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
         log.progress(step + 1, batch * env.world_size)
@@ -157,74 +181,115 @@ def train(model, features, recipe, args, env, device, log) -> None:
                     "sequences_per_s": (step + 1) * batch * env.world_size / elapsed,
                 },
             )
+        if end_of_epoch is not None and in_epoch == steps_per_epoch - 1:
+            if end_of_epoch(epoch + 1, step + 1):
+                return step + 1
+            model.train()  # prediction left it in eval mode
+    return total
 
 
 @torch.no_grad()
 def predict(model, features, device, amp: str, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end logits of every window, with a progress line (windows done/total, windows/s)."""
     model.eval()
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[amp]
+    batches = range(0, len(features), batch_size)
+    progress = MetricsLogger(None, total_steps=len(batches), desc="predict")
     starts, ends = [], []
-    for first in range(0, len(features), batch_size):
+    for index, first in enumerate(batches, 1):
         sl = slice(first, first + batch_size)
         inputs = [
             torch.from_numpy(getattr(features, k)[sl]).to(device)
             for k in ("input_ids", "token_type_ids", "attention_mask")
         ]
-        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+        with autocast(device, amp):
             s, e = model(*inputs)
         starts.append(s.float().cpu().numpy())
         ends.append(e.float().cpu().numpy())
+        progress.progress(index, len(inputs[0]))
+    progress.close()
     return np.concatenate(starts), np.concatenate(ends)
 
 
-def main(argv=None) -> dict | None:
-    args = parse_args(argv)
-    overrides = parse_overrides(args.set)
-    overrides.update(
-        {key: getattr(args, flag) for flag, key in FLAG_KEYS.items() if getattr(args, flag) is not None}
+def predict_and_score(model, recipe, tokenizer, predict_file, device, results: Path) -> dict:
+    """Predict the answers of ``predict_file`` (written to results/predictions.json) and score them:
+    ``{"exact_match": %, "f1": %}``."""
+    examples, raw = read_squad(predict_file)
+    window = dict(max_seq=recipe["max_seq"], doc_stride=recipe["doc_stride"], max_query=recipe["max_query"])
+    features = make_features(examples, tokenizer, **window)
+    start_logits, end_logits = predict(model, features, device, recipe["amp"])
+    predictions = best_spans(
+        examples,
+        features,
+        start_logits,
+        end_logits,
+        n_best=recipe["n_best"],
+        max_answer_tokens=recipe["max_answer_tokens"],
     )
-    recipe = load_recipe(args.recipe, overrides)
-    env, device = init_distributed(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    results.mkdir(parents=True, exist_ok=True)
+    with atomic_write(results / "predictions.json") as tmp:
+        Path(tmp).write_text(json.dumps(predictions, indent=1))
+    return evaluate_predictions(raw, predictions)
+
+
+def main(argv=None) -> dict | None:
+    """Fine-tune and/or predict; returns the dev scores on the primary rank (None elsewhere or
+    without --do-predict)."""
+    args = parse_args(argv)
+    recipe = build_recipe(args)
+    env, device = init_distributed(args.device)
+    fast_math(device)
     tokenizer = load_tokenizer(args.vocab)
     model = build_model(recipe, tokenizer.get_vocab_size(), args.init_checkpoint).to(device)
     results = Path(args.results_dir)
     log = MetricsLogger(str(results / "metrics.jsonl"), enabled=env.is_primary, desc="squad")
-    window = dict(max_seq=recipe["max_seq"], doc_stride=recipe["doc_stride"], max_query=recipe["max_query"])
+    target = recipe.get("target_f1")
+    units = {"exact_match": "%", "f1": "%"}
+    scores, scored_step = None, None
+
+    def end_of_epoch(epoch: int, step: int) -> bool:
+        """Score the dev set on the primary rank; every rank learns whether F1 reached the target."""
+        nonlocal scores, scored_step
+        reached = torch.zeros((), device=device)
+        if env.is_primary:
+            scores, scored_step = (
+                predict_and_score(model, recipe, tokenizer, args.predict_file, device, results),
+                step,
+            )
+            log.log(step, {**scores, "epoch": epoch}, units=units, phase="eval")
+            reached.fill_(scores["f1"] >= target)
+        if dist.is_initialized():
+            dist.broadcast(reached, 0)
+        return bool(reached)
+
+    step = 0
     if args.do_train:
         examples, _ = read_squad(args.train_file)
+        window = dict(
+            max_seq=recipe["max_seq"], doc_stride=recipe["doc_stride"], max_query=recipe["max_query"]
+        )
         features = make_features(examples, tokenizer, **window)
         if env.is_primary:
             print(
                 f"{len(examples)} training questions -> {len(features)} windows of {recipe['max_seq']}",
                 flush=True,
             )
-        train(model, features, recipe, args, env, device, log)
+        # with a target, the dev set is scored after every epoch and training stops once it is reached
+        step = train(
+            model, features, recipe, args, env, device, log, end_of_epoch if target is not None else None
+        )
         if env.is_primary:
             with atomic_write(results / "squad_model.pt") as tmp:
                 torch.save({"model": model.state_dict(), "config": dataclasses.asdict(model.config)}, tmp)
-    scores = None
     if args.do_predict and env.is_primary:
-        examples, raw = read_squad(args.predict_file)
-        features = make_features(examples, tokenizer, **window)
-        start_logits, end_logits = predict(model, features, device, recipe["amp"])
-        predictions = best_spans(
-            examples,
-            features,
-            start_logits,
-            end_logits,
-            n_best=recipe["n_best"],
-            max_answer_tokens=recipe["max_answer_tokens"],
-        )
-        results.mkdir(parents=True, exist_ok=True)
-        with atomic_write(results / "predictions.json") as tmp:
-            Path(tmp).write_text(json.dumps(predictions, indent=1))
-        scores = evaluate_predictions(raw, predictions)
-        log.log(0, scores, units={"exact_match": "%", "f1": "%"}, phase="eval")
+        if scored_step is None or scored_step != step:  # the weights changed since the last score
+            scores = predict_and_score(model, recipe, tokenizer, args.predict_file, device, results)
+            log.log(step, scores, units=units, phase="eval")
         print(json.dumps(scores), flush=True)
+        if target is not None:
+            verdict = "reached" if scores["f1"] >= target else "not reached"
+            print(f"target F1 {target}%: {verdict} (F1 {scores['f1']:.2f}%)", flush=True)
     log.close()
-    if dist.is_initialized():
-        dist.barrier()  # no rank tears the group down while another still uses it
-        dist.destroy_process_group()
+    close_distributed()
     return scores
 
 

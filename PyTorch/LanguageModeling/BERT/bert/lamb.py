@@ -5,7 +5,8 @@ Per parameter tensor p with gradient g (after optional clipping of the global gr
     u = m^ / (sqrt(v^) + eps) + wd p
     r = ||p|| / ||u||  (1 where either norm is 0, or for groups with adapt=False)
     p = p - lr r u
-Biases and LayerNorm weights go in a group with wd=0 and adapt=False (the original recipe). The
+Biases and LayerNorm weights go in a group with wd=0 and adapt=False (the original recipe:
+``zoo.torch.parameter_groups(model, weight_decay, adapt=True)`` builds both groups). The
 update runs on whole parameter lists with `torch._foreach_*` ops (a handful of kernels per step).
 
 With ``master_weights=True`` a model held in bf16/fp16 trains as in mixed precision with fp32
@@ -19,7 +20,6 @@ sums held by the optimizer (a bf16 sum would drop small contributions); the next
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 
 class Lamb(torch.optim.Optimizer):
@@ -286,19 +286,6 @@ def lamb_implementation(name: str, device) -> str:
             )
         return name
     return "triton" if torch.device(device).type == "cuda" else "foreach"
-
-
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight matrices/embeddings: decayed and layer-adapted; biases and LayerNorm: neither."""
-    decay, plain = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (plain if p.ndim < 2 or name.endswith("bias") else decay).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay, "adapt": True},
-        {"params": plain, "weight_decay": 0.0, "adapt": False},
-    ]
 
 
 def warmup_poly_schedule(optimizer, *, total_steps: int, warmup: float, power: float = 0.5):

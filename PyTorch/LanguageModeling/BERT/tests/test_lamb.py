@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 import torch
-from bert.lamb import Lamb, lamb_implementation, parameter_groups, warmup_poly_schedule
+from bert.lamb import Lamb, lamb_implementation, warmup_poly_schedule
 from torch import nn
+from zoo.torch import parameter_groups
 
 
 def tiny_problem(seed=0):
@@ -136,10 +137,12 @@ def test_accumulated_bf16_gradients_are_summed_in_fp32(implementation):
         np.testing.assert_allclose(optimizer.state[p]["master"].numpy(), e, rtol=1e-5, atol=1e-6)
 
 
-def test_parameter_groups_exclude_bias_and_layernorm():
+def test_lamb_groups_exclude_bias_and_layernorm():
+    """The groups pretraining gives LAMB: matrices decayed and layer-adapted, the rest neither."""
     model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
-    decay, plain = parameter_groups(model, 0.01)
+    decay, plain = parameter_groups(model, 0.01, adapt=True)
     assert [p.shape for p in decay["params"]] == [torch.Size([4, 4])]
+    assert decay["weight_decay"] == 0.01 and decay["adapt"]
     assert len(plain["params"]) == 3 and plain["weight_decay"] == 0 and not plain["adapt"]
 
 
@@ -160,8 +163,8 @@ def test_warmup_then_poly_decay():
 def test_other_lamb_implementations_equal_foreach_lamb(implementation):
     a, x, y = tiny_problem(1)
     b, _, _ = tiny_problem(1)
-    run(a, Lamb(parameter_groups(a, 0.01), lr=1e-2), x, y, steps=3)
-    run(b, Lamb(parameter_groups(b, 0.01), lr=1e-2, implementation=implementation), x, y, steps=3)
+    run(a, Lamb(parameter_groups(a, 0.01, adapt=True), lr=1e-2), x, y, steps=3)
+    run(b, Lamb(parameter_groups(b, 0.01, adapt=True), lr=1e-2, implementation=implementation), x, y, steps=3)
     for p, q in zip(a.parameters(), b.parameters(), strict=True):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
 

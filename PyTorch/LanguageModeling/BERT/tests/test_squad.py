@@ -110,29 +110,54 @@ def write_first_word_squad(path, english_text, n):
     return path
 
 
-def test_tiny_fine_tuning_learns_spans(tmp_path, english_text, tiny_vocab):
-    data = write_first_word_squad(tmp_path / "squad.json", english_text, 96)
+def eval_records(results):
+    records = [json.loads(line) for line in open(results / "metrics.jsonl")]
+    return [r for r in records if r.get("phase") == "eval"]
+
+
+def test_tiny_fine_tuning_learns_spans_and_stops_at_the_target_f1(tmp_path, english_text, tiny_vocab):
+    data = tmp_path / "squad"
+    data.mkdir()
+    write_first_word_squad(data / "train-v1.1.json", english_text, 96)
+    (data / "dev-v1.1.json").write_text((data / "train-v1.1.json").read_text())
     recipe = os.path.join(MODEL_DIR, "configs", "squad_tiny_cpu.yaml")
-    common = ["--recipe", recipe, "--vocab", str(tiny_vocab), "--device", "cpu", "--predict-file", str(data)]
+    common = ["--recipe", recipe, "--vocab", str(tiny_vocab), "--device", "cpu", "--data-dir", str(data)]
     before = finetune_squad.main([*common, "--do-predict", "--results-dir", str(tmp_path / "untrained")])
     after = finetune_squad.main(
-        [
-            *common,
-            "--do-train",
-            "--do-predict",
-            "--train-file",
-            str(data),
-            "--epochs",
-            "6",
-            "--results-dir",
-            str(tmp_path / "r"),
-        ]
-    )
-    assert after["exact_match"] > 60 and after["exact_match"] > before["exact_match"] + 40, (before, after)
-    assert after["f1"] >= after["exact_match"]
+        [*common, "--do-train", "--do-predict", "--epochs", "10", "--target-f1", "85", "--results-dir",
+         str(tmp_path / "r")]
+    )  # fmt: skip
+    assert after["exact_match"] > before["exact_match"] + 40, (before, after)
+    assert after["f1"] >= after["exact_match"] and after["f1"] >= 85
+    # the dev set is scored after every epoch; training stops at the first epoch at the target
+    scored = eval_records(tmp_path / "r")
+    epochs = [r["metrics"]["epoch"] for r in scored]
+    assert epochs == list(range(1, len(epochs) + 1)) and len(epochs) < 10, scored
+    assert [r["metrics"]["f1"] >= 85 for r in scored] == [False] * (len(epochs) - 1) + [True]
+    assert scored[-1]["metrics"]["f1"] == after["f1"]  # the final score is that epoch's, not recomputed
     predictions = json.loads((tmp_path / "r" / "predictions.json").read_text())
     assert len(predictions) == 96
     assert (tmp_path / "r" / "squad_model.pt").is_file()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--target-f1", "0.905"], r"target_f1 0.905 is not a percentage in \(1, 100\]"),
+        (["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
+        (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
+    ],
+)
+def test_bad_fine_tuning_flags_are_one_line_errors(tmp_path, tiny_vocab, flags, message):
+    with pytest.raises(SystemExit, match=message):
+        finetune_squad.main(["--vocab", str(tiny_vocab), "--do-predict", "--data-dir", str(tmp_path), *flags])
+
+
+def test_target_f1_needs_the_dev_set(tmp_path, tiny_vocab):
+    with pytest.raises(SystemExit, match="--target-f1 needs --do-predict"):
+        finetune_squad.main(
+            ["--vocab", str(tiny_vocab), "--do-train", "--data-dir", str(tmp_path), "--target-f1", "90"]
+        )
 
 
 def test_bad_squad_inputs_are_one_line_errors(tmp_path, tiny_vocab):
