@@ -2,8 +2,10 @@
 
 The server comes from the ``nvidia-pytriton`` wheel through ``zoo.triton``. When this interpreter
 has no ``pytriton`` (the MXNet venv), ``python -m zoo.triton serve`` runs in ``$ZOO_TRITON_PYTHON``
-(default: the repository's ``.venv/pytorch/bin/python``); python-backend models run in
-``--python-env`` (default: this venv, which has onnxruntime and numpy).
+(default: the checkout's ``.venv/pytorch/bin/python``); python-backend models run in
+``--python-env`` (default: this venv, which has onnxruntime and numpy). The models take ``images``
+FP32 NCHW and answer ``logits``. The server is stopped however the run ends (its end, an error,
+Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-MODEL_DIR = Path(__file__).resolve().parent.parent
-REPO_ROOT = MODEL_DIR.parents[2]
+from .triton_repo import INPUT_NAME, OUTPUT_NAME, zoo_triton_python
 
 
 def _free_port() -> int:
@@ -37,8 +38,8 @@ def _free_port() -> int:
 def server_python() -> str:
     if importlib.util.find_spec("pytriton") is not None:
         return sys.executable
-    candidate = os.environ.get("ZOO_TRITON_PYTHON") or str(REPO_ROOT / ".venv" / "pytorch" / "bin" / "python")
-    if not Path(candidate).is_file():
+    candidate = zoo_triton_python()
+    if candidate is None or not Path(candidate).is_file():
         raise SystemExit(
             "no tritonserver here: install nvidia-pytriton, or set ZOO_TRITON_PYTHON to a python that has it"
         )
@@ -68,39 +69,66 @@ def serve(
             raise SystemExit(f"model repository {repo} has no model {name}")
         (served / name).symlink_to((repo / name).resolve())
     port = http_port or _free_port()
-    log = tempfile.NamedTemporaryFile(prefix="tritonserver-", suffix=".log", delete=False)
-    cmd = [server_python(), "-m", "zoo.triton", "serve", "--model-repository", str(served)]
-    cmd += ["--http-port", str(port), "--python-env", python_env or sys.prefix, "--log-path", log.name]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"127.0.0.1:{port}"
+    descriptor, log = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
+    os.close(descriptor)
+    from zoo.triton import exit_on_termination_signals
+
+    with exit_on_termination_signals(), tempfile.TemporaryFile("w+") as output:
+        proc = None
+        try:
+            cmd = [server_python(), "-m", "zoo.triton", "serve", "--model-repository", str(served)]
+            cmd += ["--http-port", str(port), "--python-env", python_env or sys.prefix, "--log-path", log]
+            proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+            _wait_ready(proc, url, output, log, timeout)
+            print(f"tritonserver ready: HTTP {url} (log: {log})", file=sys.stderr)
+            yield url
+        finally:
+            if proc is not None:
+                _stop(proc)
+            for link in served.iterdir():
+                link.unlink()
+            served.rmdir()
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, output, log: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            output.seek(0)
+            lines = output.read().strip().splitlines()
+            # zoo.triton serve's last line is "error: <why>" (the failing models' reasons).
+            why = next((line for line in reversed(lines) if line.startswith("error:")), None)
+            raise SystemExit(why or f"error: tritonserver did not start (log: {log})")
+        try:
+            with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"error: tritonserver not ready after {timeout:.0f} s (log: {log})")
+        time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT to ``python -m zoo.triton serve`` (it stops the server and its python stubs); kill the rest."""
+    from zoo.triton import triton_processes
+
+    # The server runs in a session of its own: note it now, to kill it should the wrapper fail to.
+    servers = [p for p in triton_processes(descending_from=proc.pid) if p.name == "tritonserver"]
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                lines = Path(log.name).read_text(errors="replace").strip().splitlines()
-                why = next((line for line in lines if "UNAVAILABLE" in line), lines[-1] if lines else "")
-                raise SystemExit(f"tritonserver did not start: {why[:400]} (log: {log.name})")
-            try:
-                with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"tritonserver not ready after {timeout:.0f} s (log: {log.name})")
-            time.sleep(0.5)
-        yield url
-    finally:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # zoo.triton stops the server and its python stubs
+            proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(timeout=40)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        for link in served.iterdir():
-            link.unlink()
-        served.rmdir()
+                pass
+    finally:
+        for group in [proc.pid] + [server.session for server in servers]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        proc.wait()
 
 
 def load_images(data_dir: str, image_size: int, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -128,7 +156,7 @@ def classify(url: str, model: str, images: np.ndarray, batch_size: int) -> tuple
     for start in range(0, len(images), batch_size):
         batch = np.ascontiguousarray(images[start : start + batch_size], dtype=np.float32)
         tic = time.perf_counter()
-        out = infer(url, model, {"input": batch}, ["logits"], protocol="http")["logits"]
+        out = infer(url, model, {INPUT_NAME: batch}, [OUTPUT_NAME], protocol="http")[OUTPUT_NAME]
         latencies.append((time.perf_counter() - tic) * 1000)
         logits.append(out)
     return np.concatenate(logits), latencies

@@ -4,8 +4,9 @@ The repository holds ``<prefix>_onnx`` (onnxruntime_onnx backend) and ``<prefix>
 backend running the same ONNX model with onnxruntime). Its ``config.pbtxt`` files are built and
 validated by ``zoo.triton`` against Triton's ModelConfig protobuf, which needs ``tritonclient[grpc]``
 and protobuf >= 5: the MXNet venv pins protobuf < 4 for ``onnx==1.13.1``, so when this interpreter
-cannot import ``tritonclient.grpc`` that step runs in ``$ZOO_TRITON_PYTHON`` (default: the repository's
-``.venv/pytorch/bin/python``) through ``python -m resnet50_mx.triton_repo``.
+cannot import ``tritonclient.grpc`` that step runs in ``$ZOO_TRITON_PYTHON`` (default: the checkout's
+``.venv/pytorch/bin/python``) through ``python -m resnet50_mx.triton_repo``. Both models take
+``images`` FP32 [3,H,W] and answer ``logits``, like every ResNet-50 of the zoo.
 """
 
 from __future__ import annotations
@@ -21,9 +22,7 @@ from pathlib import Path
 import mxnet as mx
 import numpy as np
 
-MODEL_DIR = Path(__file__).resolve().parent.parent
-REPO_ROOT = MODEL_DIR.parents[2]
-INPUT_NAME, OUTPUT_NAME = "input", "logits"
+from .triton_repo import INPUT_NAME, OUTPUT_NAME, zoo_triton_python
 
 
 def export_onnx(net, onnx_path, *, image_size: int) -> Path:
@@ -83,8 +82,8 @@ def triton_python() -> str:
         return sys.executable
     except Exception:
         pass
-    candidate = os.environ.get("ZOO_TRITON_PYTHON") or str(REPO_ROOT / ".venv" / "pytorch" / "bin" / "python")
-    if not Path(candidate).is_file():
+    candidate = zoo_triton_python()
+    if candidate is None or not Path(candidate).is_file():
         raise SystemExit(
             "writing config.pbtxt needs tritonclient[grpc] (protobuf >= 5), absent here: "
             "set ZOO_TRITON_PYTHON to a python that has it (e.g. .venv/pytorch/bin/python)"
@@ -102,7 +101,8 @@ def write_repository(spec: dict) -> None:
         return
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(spec, f)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(MODEL_DIR), os.environ.get("PYTHONPATH", "")]))
+    model_dir = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(model_dir), os.environ.get("PYTHONPATH", "")]))
     try:
         proc = subprocess.run(
             [python, "-m", "resnet50_mx.triton_repo", "--spec", f.name],

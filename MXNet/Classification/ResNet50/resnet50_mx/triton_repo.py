@@ -1,55 +1,42 @@
 """Triton model repository for an exported ResNet-50 ONNX file; needs zoo.triton, not MXNet.
 
 Run by ``export.py`` in an interpreter that has ``tritonclient[grpc]`` (config.pbtxt validation).
+Both models take ``images`` FP32 [3,H,W] (NCHW, normalised) and answer ``logits`` FP32 [classes],
+like every ResNet-50 of the zoo; ``<prefix>_python`` is the zoo's shared ONNX model file
+(zoo.triton.ONNX_PYTHON_MODEL) over the same model.onnx.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-
-PYTHON_MODEL = '''"""Triton python backend: ResNet-50 v1.5 (exported from MXNet Gluon) run with onnxruntime."""
-
-import json
 import os
+from pathlib import Path
 
-import numpy as np
-import onnxruntime as ort
-import triton_python_backend_utils as pb_utils
+INPUT_NAME, OUTPUT_NAME = "images", "logits"
 
 
-class TritonPythonModel:
-    def initialize(self, args):
-        folder = os.path.join(args["model_repository"], args["model_version"])
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = int(os.environ.get("ZOO_ORT_THREADS", "2"))
-        self.session = ort.InferenceSession(
-            os.path.join(folder, "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
-        self.input_name = self.session.get_inputs()[0].name
-        config = json.loads(args["model_config"])
-        self.output_name = config["output"][0]["name"]
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            images = pb_utils.get_input_tensor_by_name(request, "input").as_numpy().astype(np.float32)
-            logits = self.session.run(None, {self.input_name: images})[0]
-            out = pb_utils.Tensor(self.output_name, logits.astype(np.float32))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-        return responses
-'''
+def zoo_triton_python() -> str | None:
+    """A python with tritonclient[grpc] and nvidia-pytriton: $ZOO_TRITON_PYTHON, else the checkout's
+    ``.venv/pytorch/bin/python`` (looked for above this package), else None."""
+    if os.environ.get("ZOO_TRITON_PYTHON"):
+        return os.environ["ZOO_TRITON_PYTHON"]
+    for folder in Path(__file__).resolve().parents:
+        candidate = folder / ".venv" / "pytorch" / "bin" / "python"
+        if candidate.is_file():
+            return str(candidate)
+    return None
 
 
 def write_repository(spec: dict) -> list:
     """``spec``: repository, onnx (file), prefix, image_size, num_classes, max_batch_size, instance_kind,
     classes (optional list). Writes <prefix>_onnx and <prefix>_python; returns their folders."""
-    from zoo.triton import TensorSpec, model_config, validate_repository, write_model
+    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, validate_repository, write_model
 
     size, classes = int(spec["image_size"]), int(spec["num_classes"])
     max_batch = int(spec["max_batch_size"])
-    inputs = [TensorSpec("input", "FP32", [3, size, size])]
-    outputs = [TensorSpec("logits", "FP32", [classes])]
+    inputs = [TensorSpec(INPUT_NAME, "FP32", [3, size, size])]
+    outputs = [TensorSpec(OUTPUT_NAME, "FP32", [classes])]
     preferred = [b for b in (8, 16, 32, 64, 128) if b <= max_batch] or [max_batch]
     batching = {"preferred_batch_size": preferred, "max_queue_delay_microseconds": 100}
     onnx_config = model_config(
@@ -78,7 +65,7 @@ def write_repository(spec: dict) -> list:
         write_model(
             spec["repository"],
             python_config,
-            {"model.py": PYTHON_MODEL.encode(), "model.onnx": spec["onnx"], **extra},
+            {"model.py": ONNX_PYTHON_MODEL, "model.onnx": spec["onnx"], **extra},
         ),
     ]
     validate_repository(spec["repository"])

@@ -1,20 +1,26 @@
-"""ONNX export parity with Gluon (onnxruntime) and the python-backend model served by the real tritonserver."""
+"""ONNX export parity with Gluon (onnxruntime), the python-backend model served by the real tritonserver,
+and the deploy script stopping its server however it ends."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import mxnet as mx
 import numpy as np
 import pytest
-from mx_resnet_testing import REPO_ROOT
 from resnet50_mx.checkpoint import load_for_inference
 from resnet50_mx.deploy import classify, load_images, serve
+from resnet50_mx.triton_repo import zoo_triton_python
 
-SERVER_PYTHON = Path(os.environ.get("ZOO_TRITON_PYTHON", REPO_ROOT / ".venv" / "pytorch" / "bin" / "python"))
+MODEL_DIR = Path(__file__).resolve().parents[1]
+SERVER_PYTHON = Path(zoo_triton_python() or "/nonexistent")
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +63,10 @@ def test_onnx_matches_gluon(triton_repository, gluon_reference):
     session = ort.InferenceSession(
         str(triton_repository / "resnet50_mx_onnx" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
     )
-    assert [i.name for i in session.get_inputs()] == ["input"]
+    assert [i.name for i in session.get_inputs()] == ["images"]
     assert [o.name for o in session.get_outputs()] == ["logits"]
     for batch in (images[:1], images):  # dynamic batch
-        out = session.run(["logits"], {"input": batch})[0]
+        out = session.run(["logits"], {"images": batch})[0]
         np.testing.assert_allclose(out, logits[: len(batch)], rtol=1e-3, atol=1e-4)
     assert np.array_equal(out.argmax(1), logits.argmax(1))
 
@@ -75,6 +81,39 @@ def test_triton_python_backend_gives_gluon_top1(triton_repository, gluon_referen
     assert len(latencies) == 4
     np.testing.assert_allclose(served, logits, rtol=1e-3, atol=1e-4)
     assert np.array_equal(served.argmax(1), logits.argmax(1))
+
+
+@pytest.mark.skipif(
+    not SERVER_PYTHON.is_file(), reason="tritonserver comes from nvidia-pytriton in .venv/pytorch"
+)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(triton_repository, digits_rec, sig):
+    from zoo.triton import signal_when_serving
+
+    command = [sys.executable, "-m", "resnet50_mx.deploy", "--model-repository", str(triton_repository)]
+    command += ["--data-dir", str(digits_rec), "--num-images", "359", "--batch-size", "1"]
+    env = {**os.environ, "PYTHONPATH": str(MODEL_DIR)}
+    run = signal_when_serving(command, sig, ready_text="tritonserver ready", env=env)
+    assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
+    assert run.left_running == [], run.output
+    assert run.returncode != 0 and '"top1"' not in run.output, "the signal came after the deploy ended"
+
+
+def test_package_imports_where_the_dockerfile_puts_it():
+    """/workspace/resnet50 in the image: two levels below /, no repository around it."""
+    shallow = Path(tempfile.mkdtemp(dir="/tmp"))  # /tmp/xyz: as shallow as /workspace/resnet50
+    try:
+        shutil.copytree(MODEL_DIR / "resnet50_mx", shallow / "resnet50_mx")
+        proc = subprocess.run(
+            [sys.executable, "-c", "import resnet50_mx.export, resnet50_mx.deploy, resnet50_mx.triton_repo"],
+            env={**os.environ, "PYTHONPATH": str(shallow)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(shallow)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_evaluate_script_reports_top1(trained, digits_rec):
