@@ -99,6 +99,26 @@ def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(triton_repository, 
     assert run.returncode != 0 and '"top1"' not in run.output, "the signal came after the deploy ended"
 
 
+@pytest.mark.skipif(
+    not SERVER_PYTHON.is_file(), reason="tritonserver comes from nvidia-pytriton in .venv/pytorch"
+)
+def test_deploy_names_why_the_model_did_not_load(triton_repository, digits_rec, tmp_path):
+    broken = tmp_path / "repo"
+    shutil.copytree(triton_repository / "resnet50_mx_python", broken / "resnet50_mx_python")
+    (broken / "resnet50_mx_python" / "1" / "model.onnx").write_bytes(b"not an onnx file")
+    command = [sys.executable, "-m", "resnet50_mx.deploy", "--model-repository", str(broken)]
+    command += ["--data-dir", str(digits_rec), "--num-images", "8"]
+    proc = subprocess.run(
+        command, env={**os.environ, "PYTHONPATH": str(MODEL_DIR)}, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "error: tritonserver exited with code 1 while starting: model 'resnet50_mx_python'"
+    )
+    assert "UNAVAILABLE" in last and "Protobuf parsing failed" in last, last
+
+
 def test_package_imports_where_the_dockerfile_puts_it():
     """/workspace/resnet50 in the image: two levels below /, no repository around it."""
     shallow = Path(tempfile.mkdtemp(dir="/tmp"))  # /tmp/xyz: as shallow as /workspace/resnet50
