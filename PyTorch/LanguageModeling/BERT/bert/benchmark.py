@@ -15,7 +15,6 @@ import argparse
 import gc
 import json
 import platform
-import statistics
 import sys
 import time
 
@@ -26,13 +25,14 @@ from zoo.bench import (
     KERNEL_FAMILIES,
     format_profile,
     inductor_options,
+    measure,
     profile_step,
-    time_windows,
     write_report,
 )
+from zoo.torch import autocast, fast_math, parameter_groups
 
 from bert.convert import ours_to_hf
-from bert.lamb import Lamb, lamb_implementation, parameter_groups
+from bert.lamb import Lamb, lamb_implementation
 from bert.model import BertForPreTraining, bert_config
 
 
@@ -79,7 +79,7 @@ def make_step(
     kind: str,
     model,
     batch: dict,
-    amp_dtype,
+    amp: str,
     device_type: str,
     compile_model: bool,
     *,
@@ -89,7 +89,6 @@ def make_step(
     master_weights=False,
 ):
     """A function running one optimizer step of `kind` ("ours" or "hf") on the batch; returns loss."""
-    autocast = dict(device_type=device_type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None)
     if kind == "ours":
         if optimizer_name.startswith("lamb"):
             implementations = {
@@ -99,7 +98,7 @@ def make_step(
             }  # fmt: skip
             implementation = implementations[optimizer_name]
             optimizer = Lamb(
-                parameter_groups(model, 0.01),
+                parameter_groups(model, 0.01, adapt=True),
                 lr=1e-4,
                 implementation=implementation,
                 master_weights=master_weights,
@@ -137,7 +136,7 @@ def make_step(
     optimizer_step = torch.compile(optimizer.step) if compile_optimizer and kind == "ours" else optimizer.step
 
     def step():
-        with torch.autocast(**autocast):
+        with autocast(device_type, amp):
             loss = forward_fn()
         loss.backward()
         optimizer_step()
@@ -158,15 +157,14 @@ def weights_label(model, optimizer) -> str:
 
 
 def time_steps(step, *, items: int, warmup: int, iters: int, windows: int, sync) -> dict:
-    """Throughput over ``windows`` runs of ``iters`` steps after ``warmup`` steps; the clock is
-    read (after a sync) only at window ends, so the host may run ahead of the GPU as in training.
-    The median window is reported."""
-    seconds = time_windows(step, warmup=warmup, iters=iters, windows=windows, sync=sync)
-    per_window = [items * iters / s for s in seconds]
-    throughput = statistics.median(per_window)
+    """Throughput over ``windows`` runs of ``iters`` steps after ``warmup`` steps (zoo.bench.measure:
+    the clock is read, after a sync, only at window ends, so the host may run ahead of the GPU as in
+    training). The median window is reported."""
+    summary = measure(step, items_per_call=items, warmup=warmup, iters=iters, windows=windows, sync=sync)
+    throughput = summary["throughput"]
     return {
         "throughput": throughput,
-        "throughput_windows": per_window,
+        "throughput_windows": summary["window_throughputs"],
         "step_ms": 1000 * items / throughput,
         "steps": iters * windows,
     }
@@ -189,9 +187,7 @@ def choose_sdpa(name: str | None) -> None:
 
 def run(args) -> list[dict]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+    fast_math(device)
     choose_sdpa(args.sdpa)
     if args.ours_optimizer == "lamb-triton" and device.type != "cuda" and "ours" in args.models:
         raise SystemExit("--ours-optimizer lamb-triton needs a CUDA device (use lamb on a CPU)")
@@ -204,7 +200,6 @@ def run(args) -> list[dict]:
     compile_model = args.compile if args.compile is not None else device.type == "cuda"
     # ours: CUDA graphs by default on a GPU (the recipe's lever); Hugging Face: torch.compile's default
     ours_mode = args.compile_mode or ("reduce-overhead" if device.type == "cuda" else "default")
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[args.amp]
     config = bert_config(args.model, vocab_size=args.vocab_size, fp32_residual=args.fp32_residual)
     batch = synthetic_batch(args.batch_size, args.seq, args.predictions, config.vocab_size, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -223,7 +218,7 @@ def run(args) -> list[dict]:
                 assert not unexpected, unexpected
             model.train()
             step = make_step(
-                kind, model, batch, amp_dtype, device.type, compile_model,
+                kind, model, batch, args.amp, device.type, compile_model,
                 optimizer_name=args.ours_optimizer, compile_optimizer=args.compile_optimizer,
                 compile_mode=ours_mode if kind == "ours" else "default", master_weights=bf16_weights,
             )  # fmt: skip
@@ -289,10 +284,16 @@ def optimizer_only(args) -> list[dict]:
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
     variants = {
-        "lamb-triton": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation="triton"),
-        "lamb-foreach": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4),
-        "lamb-fused": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation="fused_adam"),
-        "lamb-compiled": lambda: Lamb(parameter_groups(model, 0.01), lr=1e-4, implementation="compiled"),
+        "lamb-triton": lambda: Lamb(
+            parameter_groups(model, 0.01, adapt=True), lr=1e-4, implementation="triton"
+        ),
+        "lamb-foreach": lambda: Lamb(parameter_groups(model, 0.01, adapt=True), lr=1e-4),
+        "lamb-fused": lambda: Lamb(
+            parameter_groups(model, 0.01, adapt=True), lr=1e-4, implementation="fused_adam"
+        ),
+        "lamb-compiled": lambda: Lamb(
+            parameter_groups(model, 0.01, adapt=True), lr=1e-4, implementation="compiled"
+        ),
         "adamw-fused": lambda: torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda"),
     }
     results = []
@@ -302,20 +303,14 @@ def optimizer_only(args) -> list[dict]:
         raise SystemExit(f"--optimizers: unknown {unknown}; known: {', '.join(variants)}")
     for name in chosen:
         optimizer = variants[name]()
-        for _ in range(args.warmup):
-            optimizer.step()
-        sync()
-        began = time.perf_counter()
-        for _ in range(args.iters):
-            optimizer.step()
-        host = time.perf_counter() - began
-        sync()
-        total = time.perf_counter() - began
+        timed = measure(optimizer.step, items_per_call=1, warmup=args.warmup, iters=args.iters, sync=sync)
+        # no sync at the end: the time the host takes to issue the steps (the device was idle at the start)
+        issued = measure(optimizer.step, items_per_call=1, warmup=0, iters=args.iters)
         results.append(
             {
                 "optimizer": name,
-                "step_ms": 1000 * total / args.iters,
-                "host_issue_ms": 1000 * host / args.iters,
+                "step_ms": 1000 / timed["throughput"],
+                "host_issue_ms": 1000 / issued["throughput"],
             }
         )
         print(

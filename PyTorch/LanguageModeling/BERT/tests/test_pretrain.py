@@ -69,6 +69,19 @@ def test_mlperf_log_passes_the_bert_compliance_check(phase1):
     assert "target_reached" not in keys
 
 
+def test_tensorboard_events_hold_the_logged_scalars(phase1):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert list((phase1 / "tensorboard").glob("events.out.tfevents.*"))
+    events = EventAccumulator(str(phase1 / "tensorboard"))
+    events.Reload()
+    for phase, name in (("train", "mlm_loss"), ("eval", "mlm_accuracy")):
+        logged = {step: m[name] for step, m in train_metrics(phase1, phase).items()}
+        scalars = {e.step: e.value for e in events.Scalars(f"{phase}/{name}")}
+        assert sorted(scalars) == [10, 20, 30, 40]
+        assert scalars == pytest.approx(logged, rel=1e-6)  # float32 in the event file
+
+
 def test_resume_continues_exactly(packed_data, tmp_path):
     args = ("--steps", "8", "--log-every", "4", "--checkpoint-every", "2")
     run(packed_data, tmp_path / "whole", *args)
