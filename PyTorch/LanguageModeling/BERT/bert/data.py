@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from zoo.cli import parse_args as parse_cli_args
 
 FORMAT = "zoo-bert-pretraining/v1"
 
@@ -498,7 +499,7 @@ def main(argv=None) -> None:
     wiki = sub.add_parser(
         "wikipedia", help="download (resumable) and extract an English Wikipedia dump to text"
     )
-    wiki.add_argument("--out", required=True, help="directory for the dump and the extracted text")
+    add_data_dir(wiki, "the dump and the extracted text (DIR/text)")
     wiki.add_argument("--url", default=None, help="dump URL (default: the latest enwiki pages-articles)")
     wiki.add_argument(
         "--dump", default=None, help="use this local dump (.xml or .xml.bz2) instead of downloading"
@@ -506,17 +507,17 @@ def main(argv=None) -> None:
     wiki.add_argument("--docs-per-file", type=int, default=10000)
 
     vocab = sub.add_parser("vocab", help="fetch the bert-large-uncased vocab.txt, or train one on text")
-    vocab.add_argument("--out", required=True, help="directory for vocab.txt")
+    add_data_dir(vocab, "vocab.txt")
     vocab.add_argument("--train", nargs="*", default=None, help="train a WordPiece vocab on these files/dirs")
     vocab.add_argument("--vocab-size", type=int, default=30522)
 
     squad = sub.add_parser("squad", help="download SQuAD v1.1 train-v1.1.json and dev-v1.1.json")
-    squad.add_argument("--out", required=True)
+    add_data_dir(squad, "train-v1.1.json and dev-v1.1.json")
 
     prep = sub.add_parser("prepare", help="text -> sharded, packed, (statically) masked samples")
     prep.add_argument("--input", nargs="+", required=True, help="text files or directories")
     prep.add_argument("--vocab", required=True, help="vocab.txt")
-    prep.add_argument("--out", required=True, help="output directory (shards + metadata.json)")
+    add_data_dir(prep, "the prepared samples (shards + metadata.json), what train.sh --data-dir reads")
     prep.add_argument("--max-seq", type=int, default=128, help="128 for phase 1, 512 for phase 2")
     prep.add_argument("--max-predictions", type=int, default=None, help="default: 20 at 128, 80 at 512")
     prep.add_argument("--no-packing", dest="packing", action="store_false", help="one sequence per sample")
@@ -530,7 +531,9 @@ def main(argv=None) -> None:
     prep.add_argument("--shard-size", type=int, default=65536, help="samples per shard")
     prep.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     prep.add_argument("--seed", type=int, default=12345)
-    args = parser.parse_args(argv)
+    args = parse_cli_args(parser, argv, renamed={"--out": "--data-dir"})
+    if not args.data_dir:
+        raise SystemExit(f"error: {args.command} needs --data-dir DIR (or DATA_DIR)")
 
     if args.command == "wikipedia":
         _wikipedia(args)
@@ -553,21 +556,27 @@ def main(argv=None) -> None:
             max_sequences=args.max_sequences,
         )
         meta = prepare(
-            args.input, args.vocab, args.out, spec, dupe_factor=args.dupe_factor, shard_size=args.shard_size,
+            args.input, args.vocab, args.data_dir, spec, dupe_factor=args.dupe_factor, shard_size=args.shard_size,
             workers=args.workers, seed=args.seed,
         )  # fmt: skip
         print(
             f"{meta['samples']} samples holding {meta['sequences']} sequences "
             f"({meta['sequences'] / meta['samples']:.2f} per sample, "
             f"{meta['tokens'] / (meta['samples'] * spec.max_seq):.1%} of tokens real) in {len(meta['shards'])} shards "
-            f"-> {args.out}"
+            f"-> {args.data_dir}"
         )
+
+
+def add_data_dir(parser: argparse.ArgumentParser, holds: str) -> None:
+    parser.add_argument(
+        "--data-dir", default=os.environ.get("DATA_DIR"), help=f"folder for {holds} ($DATA_DIR)"
+    )
 
 
 def _wikipedia(args) -> None:
     from bert.text import WIKIPEDIA_URL, extract_wikipedia
 
-    out = Path(args.out)
+    out = Path(args.data_dir)
     out.mkdir(parents=True, exist_ok=True)
     if args.dump:
         dump = Path(args.dump)
@@ -592,7 +601,7 @@ def _squad(args) -> None:
 
     for name, url in SQUAD_URLS.items():
         try:
-            print(download(url, dest=Path(args.out) / name, progress=True))
+            print(download(url, dest=Path(args.data_dir) / name, progress=True))
         except CheckpointError as e:
             raise SystemExit(str(e)) from None
 
@@ -600,7 +609,7 @@ def _squad(args) -> None:
 def _vocab(args) -> None:
     from bert.tokenization import UNCASED_VOCAB_SIZE, UNCASED_VOCAB_URL, load_tokenizer, train_vocab
 
-    out = Path(args.out)
+    out = Path(args.data_dir)
     if args.train:
         path = train_vocab(args.train, out, vocab_size=args.vocab_size)
     else:

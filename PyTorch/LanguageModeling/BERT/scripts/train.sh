@@ -1,18 +1,42 @@
 #!/usr/bin/env bash
-# BERT pretraining under torchrun (one or several GPUs, one or several nodes).
-#   NGPU=8 scripts/train.sh --recipe configs/pretrain_phase1_8gpu.yaml --data-dir data/bert/phase1 \
-#       --results-dir results/phase1
-#   NGPU=8 scripts/train.sh --recipe configs/pretrain_phase2_8gpu.yaml --data-dir data/bert/phase2 \
-#       --results-dir results/phase2 --init-checkpoint results/phase1/model.pt
-# Launcher options (the rest goes to python -m bert.pretrain):
-#   --gpus N / NGPU=N          processes on this node (default: all visible GPUs, 1 on a CPU)
-#   --nnodes N, --node-rank R  several nodes; --rdzv-endpoint HOST:PORT of node 0 (default 127.0.0.1:29500)
-#   SLURM: srun one task per node, each running this script with --nnodes $SLURM_NNODES
-#          --node-rank $SLURM_NODEID --rdzv-endpoint <first host>:29500 (see README).
-# A run resumes from --results-dir/checkpoint.pt when one is there.
+# BERT pretraining, or SQuAD v1.1 fine-tuning, under torchrun (one or several GPUs and nodes).
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
+PYTHON="${PYTHON:-python}"
+
+usage() {
+  cat <<'USAGE'
+Usage: scripts/train.sh [pretrain|squad] [--gpus N] [--nnodes N] [--node-rank R] [--rdzv-endpoint HOST:PORT]
+                        [--recipe configs/X.yaml] [--set KEY=VALUE ...] [--amp {bf16,fp16,fp32}]
+                        [--data-dir DIR] [--results-dir DIR] [python options ...]
+
+  pretrain (default)  python -m bert.pretrain: --resume {auto,PATH,none}, --target-mlm-accuracy FRACTION
+                      (MLPerf's unit, e.g. 0.720), --init-checkpoint (phase 1 -> 2), ...
+  squad               python -m bert.finetune_squad --do-train --do-predict: --data-dir holds
+                      train-v1.1.json and dev-v1.1.json; --vocab, --init-checkpoint, --target-f1 PERCENT (90.5)
+
+--gpus N: processes (GPUs) per node, the same as the environment variable NGPU (default: every visible
+GPU, 1 on a CPU). --nnodes N, --node-rank R, --rdzv-endpoint HOST:PORT of node 0 (default
+127.0.0.1:29500): several nodes; under SLURM run one task per node with --nnodes $SLURM_NNODES
+--node-rank $SLURM_NODEID (see README). With N > 1 or several nodes the run starts under torchrun.
+Environment: NGPU, DATA_DIR, RESULTS_DIR, PYTHON.
+Examples:
+  NGPU=8 scripts/train.sh --recipe configs/pretrain_phase1_8gpu.yaml --data-dir data/bert/phase1 --results-dir results/phase1
+  NGPU=8 scripts/train.sh --recipe configs/pretrain_phase2_8gpu.yaml --data-dir data/bert/phase2 --results-dir results/phase2 \
+      --init-checkpoint results/phase1/model.pt --target-mlm-accuracy 0.720
+  scripts/train.sh --recipe configs/pretrain_phase1_1gpu.yaml --data-dir data/bert/phase1 --results-dir results/phase1 --resume auto
+  NGPU=8 scripts/train.sh squad --recipe configs/squad_8gpu.yaml --data-dir data/squad --vocab data/bert/vocab/vocab.txt \
+      --init-checkpoint results/phase2/model.pt --results-dir results/squad --target-f1 90.5
+USAGE
+}
+
+module=bert.pretrain
+extra=()
+case "${1:-}" in
+  pretrain) shift ;;
+  squad) module=bert.finetune_squad; extra=(--do-train --do-predict); shift ;;
+esac
 gpus=${NGPU:-}
 nnodes=1
 node_rank=0
@@ -21,9 +45,13 @@ args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help)
-      sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
-      echo "usage: train.sh [--gpus N] [--nnodes N --node-rank R --rdzv-endpoint HOST:PORT] [pretrain options]"
-      exec "${PYTHON:-python}" -m bert.pretrain --help ;;
+      usage
+      echo
+      echo "=== pretrain: python -m bert.pretrain ==="
+      "${PYTHON}" -m bert.pretrain --help
+      echo
+      echo "=== squad: python -m bert.finetune_squad ==="
+      exec "${PYTHON}" -m bert.finetune_squad --help ;;
     --gpus) gpus=$2; shift 2 ;;
     --nnodes) nnodes=$2; shift 2 ;;
     --node-rank) node_rank=$2; shift 2 ;;
@@ -32,11 +60,11 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 if [[ -z "$gpus" ]]; then
-  gpus=$("${PYTHON:-python}" -c 'import torch; print(max(1, torch.cuda.device_count()))')
+  gpus=$("${PYTHON}" -c 'import torch; print(max(1, torch.cuda.device_count()))')
 fi
 if [[ "$gpus" == 1 && "$nnodes" == 1 ]]; then
-  exec "${PYTHON:-python}" -m bert.pretrain "${args[@]}"
+  exec "${PYTHON}" -m "$module" "${extra[@]}" "${args[@]}"
 fi
-exec "${PYTHON:-python}" -m torch.distributed.run --nproc_per_node "$gpus" --nnodes "$nnodes" \
+exec "${PYTHON}" -m torch.distributed.run --nproc_per_node "$gpus" --nnodes "$nnodes" \
   --node_rank "$node_rank" --rdzv_backend c10d --rdzv_endpoint "$endpoint" \
-  -m bert.pretrain "${args[@]}"
+  -m "$module" "${extra[@]}" "${args[@]}"

@@ -76,7 +76,7 @@ def test_wikipedia_dump_downloads_and_extracts(tmp_path):
     server = serve(site)
     try:
         url = f"http://127.0.0.1:{server.server_port}/enwiki-test-pages-articles.xml.bz2"
-        bert_data.main(["wikipedia", "--url", url, "--out", str(tmp_path / "wiki")])
+        bert_data.main(["wikipedia", "--url", url, "--data-dir", str(tmp_path / "wiki")])
     finally:
         server.shutdown()
     text = (tmp_path / "wiki" / "text" / "wiki_00000.txt").read_text()

@@ -33,7 +33,7 @@ def test_data_prepare_and_train_through_the_scripts(tmp_path, english_text, tiny
         english_text,
         "--vocab",
         tiny_vocab,
-        "--out",
+        "--data-dir",
         tmp_path / "d",
         "--max-seq",
         64,
@@ -79,6 +79,35 @@ def test_evaluate_scores_a_predictions_file(tmp_path):
     assert json.loads(proc.stdout) == {"exact_match": 100.0, "f1": 100.0}
 
 
+def test_train_sh_help_shows_both_entry_points_in_the_shared_vocabulary():
+    proc = sh("train.sh", "--help")
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    for flag in ("--gpus", "NGPU", "--recipe", "--set", "--amp {bf16,fp16,fp32}", "--resume", "--data-dir",
+                 "--results-dir", "--target-mlm-accuracy", "--target-f1"):  # fmt: skip
+        assert flag in text, flag
+    assert "usage: python -m bert.pretrain" in text and "usage: python -m bert.finetune_squad" in text
+
+
+def test_train_sh_squad_fine_tunes_and_scores(tmp_path, tiny_vocab):
+    context = "Everyone is permitted to copy and distribute verbatim copies of this license document."
+    question = {"question": "Who is permitted to copy?", "answers": [{"text": "Everyone", "answer_start": 0}]}
+    paragraph = {"context": context, "qas": [{"id": f"q{i}", **question} for i in range(32)]}
+    data = tmp_path / "squad"
+    data.mkdir()
+    for name in ("train-v1.1.json", "dev-v1.1.json"):
+        (data / name).write_text(json.dumps({"version": "1.1", "data": [{"paragraphs": [paragraph]}]}))
+    proc = sh(
+        "train.sh", "squad", "--gpus", 1, "--recipe", MODEL_DIR / "configs" / "squad_tiny_cpu.yaml",
+        "--data-dir", data, "--vocab", tiny_vocab, "--results-dir", tmp_path / "r", "--device", "cpu",
+        "--max-steps", 2, "--amp", "fp32",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    scores = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(scores) == {"exact_match", "f1"} and 0 <= scores["f1"] <= 100
+    assert (tmp_path / "r" / "squad_model.pt").is_file() and (tmp_path / "r" / "predictions.json").is_file()
+
+
 def test_script_errors_are_one_line(tmp_path):
     proc = sh("train.sh", "--gpus", 1, "--data-dir", tmp_path, "--device", "cpu")
     assert proc.returncode != 0
@@ -87,6 +116,13 @@ def test_script_errors_are_one_line(tmp_path):
         .splitlines()[-1]
         .endswith("has no metadata.json: prepare it with scripts/download_data.sh")
     )
+    proc = sh("train.sh", "--gpus", 1, "--no-resume")
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == ["error: --no-resume was renamed: use --resume none"]
+    for command in ("phase1", "squad"):  # the shell chain and the python sub-commands alike
+        proc = sh("download_data.sh", command, "--out", tmp_path)
+        assert proc.returncode != 0
+        assert proc.stderr.strip().splitlines() == ["error: --out was renamed: use --data-dir"]
     proc = sh("download_checkpoint.sh", "pull", "no-such-checkpoint")
     assert proc.returncode != 0 and "unknown checkpoint 'no-such-checkpoint'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
