@@ -148,7 +148,11 @@ class TritonServer:
 
     Ports left as None are picked free. ``python_env`` is the venv whose python runs python-backend
     models (default: this one). The server's output goes to ``log_path`` (default: a temp file);
-    a failed start raises RuntimeError with the log's tail.
+    a failed start raises RuntimeError whose first line is the cause, followed by the log's tail.
+    The server runs in a session of its own (a terminal's Ctrl-C reaches only this process), so
+    this object stops it: ``stop()``, the end of a ``with`` block, an interrupted ``start()``; while
+    it runs, SIGTERM and SIGHUP raise SystemExit here (exit_on_termination_signals) so that those
+    end the block too.
     """
 
     def __init__(
