@@ -393,17 +393,19 @@ def test_shared_model_postprocess_file_maps_outputs(shared_model, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "inputs, reason",
+    "inputs, parameters, reason",
     [
-        ([TensorSpec("ids", "INT64", [3])], r"config inputs \['ids'\] are not the ONNX inputs \['ids', 'x'\]"),
-        ([TensorSpec("ids", "INT32", [3]), TensorSpec("x", "FP32", [2])], "'ids' is TYPE_INT32 in the config, tensor"),
+        ([TensorSpec("ids", "INT64", [3])], {}, r"config inputs \['ids'\] are not the ONNX inputs \['ids', 'x'\]"),
+        ([TensorSpec("ids", "INT32", [3]), TensorSpec("x", "FP32", [2])], {}, "'ids' is TYPE_INT32 in the config, tensor"),
+        ([TensorSpec("ids", "INT64", [3]), TensorSpec("x", "FP32", [2])], {"max_value:ids": "ten"},
+         "parameter max_value:ids must be a number, got 'ten'"),
     ],
 )  # fmt: skip
 def test_shared_model_refuses_to_load_a_config_that_does_not_fit_the_onnx_file(
-    shared_model, tmp_path, inputs, reason
+    shared_model, tmp_path, inputs, parameters, reason
 ):
     config = model_config(
-        "m", backend="python", max_batch_size=4, inputs=inputs,
+        "m", backend="python", max_batch_size=4, inputs=inputs, parameters=parameters,
         outputs=[TensorSpec("embedded", "FP32", [3, 2])], instance_kind="KIND_CPU",
     )  # fmt: skip
     with pytest.raises(ValueError, match=reason):

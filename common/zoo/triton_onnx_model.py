@@ -80,8 +80,8 @@ class TensorContract:
             )
         self.dtype = np.dtype(NUMPY_TYPES[self.data_type])
         self.dims = [int(d) for d in entry["dims"]]
-        self.min_value = _number(parameters.get(f"min_value:{self.name}"))
-        self.max_value = _number(parameters.get(f"max_value:{self.name}"))
+        self.min_value = _number(parameters, f"min_value:{self.name}", model)
+        self.max_value = _number(parameters, f"max_value:{self.name}", model)
 
     def check(self, array: np.ndarray, batched: bool, max_batch_size: int) -> None:
         """RequestError unless ``array`` has this dtype, these dims (after the batch axis) and range."""
@@ -252,10 +252,16 @@ def _error_response(message: str):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
 
 
-def _number(text):
-    if text is None:
+def _number(parameters: dict, key: str, model: str):
+    """The number in parameter ``key``, None when absent; ValueError naming it when it is no number."""
+    if key not in parameters:
         return None
-    value = float(text)
+    try:
+        value = float(parameters[key])
+    except ValueError:
+        raise ValueError(
+            f"model '{model}': parameter {key} must be a number, got {parameters[key]!r}"
+        ) from None
     return int(value) if value.is_integer() else value
 
 
