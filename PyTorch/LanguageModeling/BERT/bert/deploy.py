@@ -93,7 +93,7 @@ def main(argv=None) -> None:
                     )
                     answers, latencies = answer_through_triton(url, args.model, examples, tokenizer, **window)
             except RuntimeError as e:
-                raise SystemExit(str(e).splitlines()[0]) from None
+                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
     for example in examples:
         print(json.dumps({"id": example.qid, "question": example.question, "answer": answers[example.qid]}))
     print(

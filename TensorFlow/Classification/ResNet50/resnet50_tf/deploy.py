@@ -134,7 +134,7 @@ def main(argv=None) -> dict:
                 print(f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr)
                 logits, latencies = run(url)
         except RuntimeError as e:
-            raise SystemExit(str(e).splitlines()[0]) from None
+            raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
         finally:
             (only / args.model).unlink()
             only.rmdir()
