@@ -15,7 +15,6 @@ with the variant's DDP levers, and the report gives the images/s of all GPUs tog
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -29,9 +28,19 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from zoo.bench import format_profile, inductor_options, profile_step, time_windows
-
-from resnet50.train import distributed_model, init_distributed, parameter_groups
+import zoo.cli
+from zoo.bench import format_profile, inductor_options, measure, profile_step
+from zoo.torch import (
+    amp_dtype,
+    autocast,
+    distributed_model,
+    fast_math,
+    grad_scaler,
+    init_distributed,
+    parameter_groups,
+    replicas_agree,
+    seed_everything,
+)
 
 
 @dataclass(frozen=True)
@@ -156,7 +165,6 @@ INFERENCE_VARIANTS = {
     "ours-cudagraphs": Variant("ours-cudagraphs", compile_mode="reduce-overhead"),
     "ours-fp16-cudagraphs": Variant("ours-fp16-cudagraphs", precision="fp16", compile_mode="reduce-overhead"),
 }
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def build_model(variant: Variant, num_classes: int) -> nn.Module:
@@ -198,12 +206,6 @@ def compile_model(model: nn.Module, variant: Variant) -> nn.Module:
     return torch.compile(model, mode=variant.compile_mode)
 
 
-def _autocast(device: torch.device, precision: str):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[precision])
-
-
 def _world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
@@ -218,7 +220,10 @@ def _first_step_and_windows(step, sync, args, batch: int) -> tuple[float, list[f
     step()
     sync()
     first_step_s = time.perf_counter() - started
-    seconds = time_windows(step, warmup=args.warmup, iters=args.iters, windows=args.windows, sync=sync)
+    timed = measure(
+        step, items_per_call=batch, warmup=args.warmup, iters=args.iters, windows=args.windows, sync=sync
+    )
+    seconds = timed["window_seconds"]
     world = _world_size()
     if world > 1:
         slowest = torch.tensor([first_step_s, *seconds], dtype=torch.float64, device=_collective_device())
@@ -233,16 +238,6 @@ def _collective_device() -> torch.device:
         if dist.get_backend() == "nccl"
         else torch.device("cpu")
     )
-
-
-def replicas_agree(model: nn.Module) -> bool | None:
-    """Whether every process holds the same weights (DDP keeps them equal); None with one process."""
-    if _world_size() == 1:
-        return None
-    mine = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(_collective_device())
-    everyone = [torch.empty_like(mine) for _ in range(_world_size())]
-    dist.all_gather(everyone, mine)
-    return all(torch.equal(mine, other) for other in everyone)
 
 
 def wrap_ddp(model: nn.Module, variant: Variant, device: torch.device) -> nn.Module:
@@ -267,10 +262,9 @@ def wrap_ddp(model: nn.Module, variant: Variant, device: torch.device) -> nn.Mod
 
 
 def _setup(variant: Variant, device: torch.device) -> None:
+    fast_math(device)
     torch.backends.cudnn.benchmark = variant.cudnn_benchmark
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.manual_seed(0)
+    seed_everything(0)
 
 
 def make_jpeg_set(
@@ -400,7 +394,7 @@ def _train_variant(variant: Variant, args, device: torch.device) -> dict:
     fused = {"fused": True} if variant.fused_optimizer else {}
     lr = 0.256 * batch / 256
     optimizer = torch.optim.SGD(parameter_groups(model, 3.0517578125e-05), lr=lr, momentum=0.875, **fused)
-    scaler = torch.amp.GradScaler(device.type, enabled=variant.precision == "fp16")
+    scaler = grad_scaler(device, variant.precision)
     if variant.data != "synthetic" and _world_size() > 1:
         raise SystemExit(f"variant {variant.name} reads JPEGs: multi-GPU runs time synthetic variants only")
     forward = compile_model(wrap_ddp(model, variant, device), variant)
@@ -422,7 +416,7 @@ def _train_variant(variant: Variant, args, device: torch.device) -> dict:
             waited[0] += time.perf_counter() - began
             waited[1] += 1
         optimizer.zero_grad(set_to_none=True)
-        with _autocast(device, variant.precision):
+        with autocast(device, variant.precision):
             loss = criterion(forward(images), labels)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
@@ -464,11 +458,10 @@ def bench_inference(variant: Variant, args, device: torch.device) -> dict:
     if variant.fold_bn:
         model = fold_batchnorm(model)
     model = model.to(device, memory_format=memory_format)
-    if variant.precision != "fp32":
-        # Inference weights in half precision outright: no per-call casts.
-        model = model.to(DTYPES[variant.precision])
+    input_dtype = amp_dtype(variant.precision) or torch.float32
+    # Inference weights in half precision outright: no per-call casts.
+    model = model.to(input_dtype)
     forward = compile_model(model, variant)
-    input_dtype = DTYPES[variant.precision]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     results = {}
     for batch in sorted({variant.batch_size or args.batch_size, 1}, reverse=True):
@@ -479,29 +472,22 @@ def bench_inference(variant: Variant, args, device: torch.device) -> dict:
         def step(images=images):
             return forward(images)
 
-        iters = args.iters if batch > 1 else args.latency_iters
         if batch == 1:
-            for _ in range(args.warmup):
-                step()
-            sync()
-            latencies = []
-            for _ in range(iters):
-                start = time.perf_counter()
-                step()
-                sync()
-                latencies.append((time.perf_counter() - start) * 1e3)
-            lat = sorted(latencies)
-            results["latency_bs1_ms"] = {
-                "p50": lat[len(lat) // 2],
-                "p90": lat[int(len(lat) * 0.90)],
-                "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
-                "mean": statistics.fmean(lat),
-            }
+            timed = measure(
+                step, items_per_call=1, warmup=args.warmup, iters=args.latency_iters, sync=sync, per_call=True
+            )
+            results["latency_bs1_ms"] = timed["latency_ms"]
         else:
-            seconds = time_windows(step, warmup=args.warmup, iters=iters, windows=args.windows, sync=sync)
-            per_window = [batch * iters / s for s in seconds]
-            results["images_per_s"] = statistics.median(per_window)
-            results["images_per_s_windows"] = per_window
+            timed = measure(
+                step,
+                items_per_call=batch,
+                warmup=args.warmup,
+                iters=args.iters,
+                windows=args.windows,
+                sync=sync,
+            )
+            results["images_per_s"] = timed["throughput"]
+            results["images_per_s_windows"] = timed["window_throughputs"]
             results["batch_size"] = batch
     return {"mode": "inference", "variant": variant.name, "levers": asdict(variant), **results}
 
@@ -549,6 +535,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--latency-iters", type=int, default=200, help="batch-1 calls timed for latency")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument(
+        "--amp",
+        choices=zoo.cli.AMP_CHOICES,
+        default=None,
+        help="precision of every variant run (default: each variant's own; fp32 = TF32 matmuls/convolutions)",
+    )
+    p.add_argument(
         "--override", action="append", default=[], help="VARIANT.LEVER=VALUE, e.g. ours-bf16.batch_size=384"
     )
     p.add_argument(
@@ -559,7 +551,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="with --profile: write each variant's profiled steps as a timeline, DIR/<variant>.json.gz "
         "(Chrome trace: chrome://tracing or ui.perfetto.dev)",
     )  # fmt: skip
-    p.add_argument("--json", dest="json_path", help="write the report here (zoo.bench schema)")
+    p.add_argument("--output", metavar="FILE", help="write the report here as JSON (zoo.bench schema)")
     p.add_argument(
         "--data-dir", help="ImageNet-style folder for the real-pipeline variants (ours-jpeg*, loader-*)"
     )
@@ -583,7 +575,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--run-timeout", type=float, default=900, metavar="S",
         help="with --gpus: seconds one torchrun may take before it is stopped and reported as failed",
     )  # fmt: skip
-    args = p.parse_args(argv)
+    args = zoo.cli.parse_args(p, argv, renamed={"--json": "--output"})
     if args.make_jpegs and not args.data_dir:
         p.error("--make-jpegs needs --data-dir")
     if args.trace and not args.profile:
@@ -604,8 +596,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _apply_overrides(table: dict[str, Variant], overrides: list[str]) -> dict[str, Variant]:
-    table = dict(table)
+def _apply_overrides(
+    table: dict[str, Variant], overrides: list[str], amp: str | None = None
+) -> dict[str, Variant]:
+    """The variants with ``--amp`` (every variant's precision) and then ``--override`` items applied."""
+    table = {name: replace(variant, precision=amp) if amp else variant for name, variant in table.items()}
     for item in overrides:
         try:
             key, value = item.split("=", 1)
@@ -674,6 +669,8 @@ def _child_args(args) -> list[str]:
     out = ["--mode", "train", "--device", args.device]
     for flag in ("batch_size", "image_size", "num_classes", "warmup", "iters", "windows"):
         out += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    if args.amp:
+        out += ["--amp", args.amp]
     for item in args.override:
         out += ["--override", item]
     if args.profile:
@@ -683,7 +680,7 @@ def _child_args(args) -> list[str]:
 
 def run_scaling(args) -> list[dict]:
     """One torchrun per (variant, GPU count); returns the results of the runs that finished."""
-    table = _apply_overrides(TRAIN_VARIANTS, args.override)
+    table = _apply_overrides(TRAIN_VARIANTS, args.override, args.amp)
     variants = _pick(table, args.variants)
     real = [v.name for v in variants if v.data != "synthetic" or v.model == "none"]
     if real:
@@ -699,7 +696,7 @@ def run_scaling(args) -> list[dict]:
                 report = os.path.join(tmp, f"{variant.name}-{n}.json")
                 command = [
                     sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-                    "-m", "resnet50.benchmark", *_child_args(args), "--variants", variant.name, "--json", report,
+                    "-m", "resnet50.benchmark", *_child_args(args), "--variants", variant.name, "--output", report,
                 ]  # fmt: skip
                 print(f"== {variant.name} on {n} GPU(s)", file=sys.stderr, flush=True)
                 started = time.perf_counter()
@@ -752,11 +749,11 @@ def main(argv=None) -> None:
     if args.gpus:
         results = run_scaling(args)
         print_scaling(results)
-        if args.json_path:
+        if args.output:
             from zoo.bench import write_report
 
             write_report(
-                args.json_path, results, model="resnet50", framework="pytorch", torch=torch.__version__,
+                args.output, results, model="resnet50", framework="pytorch", torch=torch.__version__,
                 device=describe_device(torch.device(args.device)), image_size=args.image_size,
                 command=" ".join(sys.argv),
             )  # fmt: skip
@@ -782,7 +779,9 @@ def main(argv=None) -> None:
         )
     modes = ["train", "inference"] if args.mode == "both" else [args.mode]
     for mode in modes:
-        table = _apply_overrides(TRAIN_VARIANTS if mode == "train" else INFERENCE_VARIANTS, args.override)
+        table = _apply_overrides(
+            TRAIN_VARIANTS if mode == "train" else INFERENCE_VARIANTS, args.override, args.amp
+        )
         for variant in _pick(table, args.variants):
             run = bench_train if mode == "train" else bench_inference
             result = run(variant, args, device)
@@ -802,11 +801,11 @@ def main(argv=None) -> None:
     if not env.is_primary:
         return
     print_table(results)
-    if args.json_path:
+    if args.output:
         from zoo.bench import write_report
 
         write_report(
-            args.json_path,
+            args.output,
             results,
             model="resnet50",
             framework="pytorch",

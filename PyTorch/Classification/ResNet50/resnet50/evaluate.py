@@ -2,6 +2,8 @@
 
 python -m resnet50.evaluate --checkpoint results/checkpoint.pt --data-dir /data/imagenet
 python -m resnet50.evaluate --pretrained torchvision-imagenet1k-v1 --data-dir /data/imagenet
+
+The result is printed and written to RESULTS_DIR/eval.json.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import pathlib
 import time
 
 import torch
-from zoo.checkpoints import CheckpointError
+import zoo.cli
+from zoo.checkpoints import CheckpointError, atomic_write
+from zoo.log import MetricsLogger
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
 from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
@@ -27,17 +31,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--checkpoint", default=None, help="training checkpoint or state_dict file")
     p.add_argument("--pretrained", default=None, help="registry name (checkpoints.yaml) instead of a file")
     p.add_argument("--data-dir", default=os.environ.get("DATA_DIR"), help="folder with val/ ($DATA_DIR)")
+    p.add_argument(
+        "--results-dir",
+        default=os.environ.get("RESULTS_DIR", "results"),
+        help="eval.json is written here ($RESULTS_DIR, else results)",
+    )
     p.add_argument("--data-backend", choices=BACKENDS, default="pytorch")
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--image-size", type=int, default=224, help="centre-crop size")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--amp", choices=("bf16", "fp16", "none"), default="none")
+    p.add_argument("--amp", choices=zoo.cli.AMP_CHOICES, default="fp32", help="autocast precision")
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--limit-batches", type=int, default=None, help="evaluate only the first N batches")
-    p.add_argument("--output", default=None, help="also write the result as JSON here")
-    return p.parse_args(argv)
+    return zoo.cli.parse_args(p, argv, renamed={"--output": "--results-dir (eval.json is written there)"})
 
 
 def run(args) -> dict:
@@ -62,8 +70,12 @@ def run(args) -> dict:
     if cfg.backend != "synthetic":
         classes = check_layout(args.data_dir, args.num_classes, splits=("val",))
     loader = build_loader(cfg, "val", classes)
+    batches = loader.batches_per_epoch
+    if args.limit_batches is not None:
+        batches = min(batches, args.limit_batches)
     start = time.perf_counter()
-    metrics = evaluate(model, loader, device, args.amp, args.limit_batches)
+    with MetricsLogger(total_steps=batches, desc="eval") as progress:
+        metrics = evaluate(model, loader, device, args.amp, args.limit_batches, progress=progress)
     seconds = time.perf_counter() - start
     used = dataclasses.asdict(preprocessing)
     return {"checkpoint": str(weights), "preprocessing": used, **metrics, "seconds": round(seconds, 2)}
@@ -78,8 +90,10 @@ def main(argv=None) -> None:
     print(
         f"top1 {result['top1']:.2f}%  top5 {result['top5']:.2f}%  loss {result['loss']:.4f}  ({result['seconds']} s)"
     )
-    if args.output:
-        pathlib.Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+    path = pathlib.Path(args.results_dir) / "eval.json"
+    with atomic_write(path) as tmp:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -35,13 +35,13 @@ step "1/5 data: scikit-learn digits as a ${SIZE}x${SIZE} image folder in ${DATA}
 echo "train: $(find "${DATA}/train" -name '*.jpg' | wc -l) images, val: $(find "${DATA}/val" -name '*.jpg' | wc -l) images, 10 classes"
 
 step "2/5 train ResNet-50 v1.5 on the CPU (${EPOCHS} epochs, ${THREADS} threads)"
-rm -rf "${RESULTS}"
+rm -rf "${RESULTS}"  # a fresh run each time (its metrics.jsonl would otherwise grow)
 "${PYTHON}" -m resnet50.train --recipe "${MODEL_DIR}/configs/digits_cpu.yaml" --data-dir "${DATA}" \
   --results-dir "${RESULTS}" --epochs "${EPOCHS}" --image-size "${SIZE}" --threads "${THREADS}" --log-every 10
 
 step "3/5 evaluate the checkpoint on the held-out images (chance is 10%)"
 "${PYTHON}" -m resnet50.evaluate --checkpoint "${RESULTS}/checkpoint.pt" --data-dir "${DATA}" --num-classes 10 \
-  --image-size "${SIZE}" --batch-size 64 --workers 1 --device cpu --output "${RESULTS}/eval.json"
+  --image-size "${SIZE}" --batch-size 64 --workers 1 --device cpu --amp fp32 --results-dir "${RESULTS}"
 
 step "4/5 export TorchScript + ONNX into the Triton model repository ${REPO}"
 "${PYTHON}" -m resnet50.export --checkpoint "${RESULTS}/checkpoint.pt" --repository "${REPO}" --num-classes 10 \

@@ -8,16 +8,19 @@ PYTHON="${PYTHON:-python}"
 usage() {
   cat <<'USAGE'
 Usage: scripts/train.sh [--gpus N] [--nnodes N] [--node-rank R] [--rdzv-endpoint HOST:PORT]
-                        [--recipe configs/X.yaml] [--amp bf16|fp16|none] [--data-dir DIR]
+                        [--recipe configs/X.yaml] [--set KEY=VALUE ...] [--amp {bf16,fp16,fp32}]
+                        [--resume {auto,PATH,none}] [--target-top1 PERCENT] [--data-dir DIR]
                         [--results-dir DIR] [any python -m resnet50.train flag ...]
 
-Environment: NGPU (GPUs per node, default 1), NNODES, DATA_DIR, RESULTS_DIR, PYTHON.
+--gpus N: processes (GPUs) per node, the same as the environment variable NGPU (default 1).
+Environment: NGPU, NNODES, DATA_DIR, RESULTS_DIR, PYTHON.
 With NGPU>1 or NNODES>1 the run is launched with torchrun (c10d rendezvous).
 Examples:
   scripts/train.sh --recipe configs/resnet50_1gpu_90ep.yaml --data-dir /data/imagenet
-  NGPU=8 scripts/train.sh --recipe configs/resnet50_8gpu_90ep.yaml --data-dir /data/imagenet
+  NGPU=8 scripts/train.sh --recipe configs/resnet50_8gpu_90ep.yaml --data-dir /data/imagenet --target-top1 75.9
   scripts/train.sh --gpus 8 --nnodes 2 --node-rank 0 --rdzv-endpoint node0:29500 --recipe configs/resnet50_8gpu_90ep.yaml
-  scripts/train.sh --synthetic --epochs 1 --steps-per-epoch 50
+  scripts/train.sh --synthetic --epochs 1 --steps-per-epoch 50 --set train.compile=true
+  scripts/train.sh --recipe configs/resnet50_1gpu_90ep.yaml --data-dir /data/imagenet --resume auto
 USAGE
 }
 

@@ -14,7 +14,7 @@ from resnet50.benchmark import (
     fold_batchnorm,
 )
 from resnet50.model import resnet50
-from resnet50.train import parameter_groups
+from zoo.torch import parameter_groups
 
 
 def test_fold_batchnorm_keeps_outputs_and_removes_every_bn():
@@ -53,6 +53,10 @@ def test_overrides_parse_types_and_reject_unknown_levers():
     v = table["ours-bf16"]
     assert (v.batch_size, v.channels_last, v.compile_mode) == (384, False, None)
     assert TRAIN_VARIANTS["ours-bf16"].batch_size is None  # the defaults are untouched
+    # --amp sets every variant's precision; an --override of one variant still wins over it
+    table = _apply_overrides(TRAIN_VARIANTS, ["tv-eager.precision=bf16"], amp="fp16")
+    assert table["ours-bf16"].precision == table["tv-compile"].precision == "fp16"
+    assert table["tv-eager"].precision == "bf16"
     with pytest.raises(SystemExit, match="no lever"):
         _apply_overrides(TRAIN_VARIANTS, ["ours-bf16.warp_speed=9"])
     with pytest.raises(SystemExit, match="VARIANT.LEVER=VALUE"):
@@ -63,11 +67,10 @@ def test_benchmark_script_reports_both_modes_on_cpu(model_dir, tmp_path):
     report = tmp_path / "bench.json"
     cmd = [
         "bash", str(model_dir / "scripts" / "benchmark.sh"),
-        "--device", "cpu", "--variants", "tv-eager,ours-eager",
-        "--override", "tv-eager.precision=fp32", "--override", "ours-eager.precision=fp32",
+        "--device", "cpu", "--variants", "tv-eager,ours-eager", "--amp", "fp32",
         "--batch-size", "2", "--image-size", "32", "--num-classes", "10",
         "--warmup", "1", "--iters", "2", "--windows", "2", "--latency-iters", "3",
-        "--json", str(report),
+        "--output", str(report),
     ]  # fmt: skip
     out = subprocess.run(
         cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable}
@@ -87,8 +90,9 @@ def test_benchmark_script_reports_both_modes_on_cpu(model_dir, tmp_path):
         assert len(r["images_per_s_windows"]) == 2
     assert rows[("train", "ours-eager")]["levers"]["fused_optimizer"] is True
     assert rows[("inference", "tv-eager")]["levers"]["fold_bn"] is False
+    assert all(r["levers"]["precision"] == "fp32" for r in rows.values())  # --amp fp32 reached every variant
     lat = rows[("inference", "ours-eager")]["latency_bs1_ms"]
-    assert 0 < lat["p50"] <= lat["p99"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"]
     # The printed table carries a ratio against the torchvision row of each mode.
     table_lines = [line for line in out.stdout.splitlines() if line.startswith(("train", "inference"))]
     assert len(table_lines) == 4 and all("1.00x" in line for line in table_lines if "tv-eager" in line)
@@ -103,7 +107,7 @@ def test_benchmark_real_jpeg_pipeline_on_cpu(model_dir, tmp_path):
         "--override", "ours-jpeg.precision=fp32", "--override", "ours-jpeg.compile_mode=none",
         "--data-dir", str(data), "--make-jpegs", "12", "--workers", "1",
         "--batch-size", "4", "--image-size", "32", "--warmup", "1", "--iters", "2", "--windows", "1",
-        "--json", str(report),
+        "--output", str(report),
     ]  # fmt: skip
     out = subprocess.run(
         cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable}
@@ -141,7 +145,7 @@ def test_scaling_runs_ddp_in_two_processes_on_cpu(model_dir, tmp_path):
         "--override", "tv-eager.precision=fp32", "--override", "ours-ddp-bf16comm.precision=fp32",
         "--override", "ours-ddp-bf16comm.compile_mode=none", "--override", "ours-ddp-bf16comm.ddp_bucket_mb=1",
         "--batch-size", "2", "--image-size", "32", "--num-classes", "10",
-        "--warmup", "1", "--iters", "2", "--windows", "1", "--json", str(report),
+        "--warmup", "1", "--iters", "2", "--windows", "1", "--output", str(report),
     ]  # fmt: skip
     out = subprocess.run(
         cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable}
@@ -204,3 +208,19 @@ def test_trace_flag_errors_are_one_line(model_dir, tmp_path, flags, message):
     )  # fmt: skip
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == f"benchmark.sh: error: {message}"
     assert not (tmp_path / "t").exists()  # nothing written on a bad command line
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--json", "r.json"], "error: --json was renamed: use --output"),
+        (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
+        (["--precision", "fp16"], "error: --precision was renamed: use --amp"),
+    ],
+)
+def test_old_flag_spellings_are_one_line(model_dir, flags, message):
+    out = subprocess.run(
+        ["bash", str(model_dir / "scripts" / "benchmark.sh"), "--device", "cpu", *flags],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert out.returncode != 0 and out.stderr.strip().splitlines() == [message]

@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 from r50_testutil import MODEL_DIR, model_env, run_module
+from zoo.mlperf import check_log
 
 TINY = ["--recipe", "configs/digits_cpu.yaml", "--image-size", 16, "--workers", 1, "--threads", 2]
 
@@ -33,6 +34,49 @@ def test_short_training_learns(tmp_path, digits16):
     assert last < first - 0.3, curve
     accuracy = val_records(out)[-1]["top1"]
     assert accuracy > 20.0, val_records(out)  # chance is 10%
+
+
+def mllog_events(path) -> list[dict]:
+    return [
+        json.loads(line.split(":::MLLOG ", 1)[1])
+        for line in path.read_text().splitlines()
+        if ":::MLLOG" in line
+    ]
+
+
+def test_mlperf_log_passes_the_compliance_checker(tmp_path, digits16):
+    """A tiny run with --target-top1 0 reaches its target after the first of two epochs: the log
+    holds the whole sequence, stops with status success, and the resnet ruleset's checker accepts it."""
+    out = tmp_path / "run"
+    result = run_module(
+        "resnet50.train", *TINY, "--data-dir", digits16, "--results-dir", out, "--batch-size", 8,
+        "--epochs", 2, "--steps-per-epoch", 2, "--target-top1", 0,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    check_log(out / "mlperf.log", "resnet")
+    events = mllog_events(out / "mlperf.log")
+    keys = [e["key"] for e in events]
+    for key in ("submission_benchmark", "cache_clear", "init_start", "init_stop", "run_start", "seed",
+                "global_batch_size", "train_samples", "eval_samples", "opt_name", "epoch_start",
+                "eval_start", "eval_stop", "eval_accuracy", "run_stop"):  # fmt: skip
+        assert key in keys, key
+    assert keys.index("init_stop") < keys.index("run_start") < keys.index("epoch_start")
+    value = {e["key"]: e for e in events}
+    assert value["submission_benchmark"]["value"] == "resnet" and value["global_batch_size"]["value"] == 8
+    assert value["train_samples"]["value"] == 1616 and value["eval_samples"]["value"] == 179
+    assert keys.count("eval_accuracy") == 1  # the target stopped the run after epoch 1
+    assert 0 <= value["eval_accuracy"]["value"] <= 1 and value["eval_accuracy"]["metadata"]["epoch_num"] == 1
+    assert value["run_stop"]["metadata"]["status"] == "success"
+    assert "target_reached" not in keys and "run_config" not in keys
+    # The same run's readings as TensorBoard scalars under RESULTS_DIR/tensorboard.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    scalars = EventAccumulator(str(out / "tensorboard"))
+    scalars.Reload()
+    assert {"train/loss", "val/top1"} <= set(scalars.Tags()["scalars"])
+    top1 = [event.value for event in scalars.Scalars("val/top1")]
+    assert top1 == pytest.approx([100 * value["eval_accuracy"]["value"]])
 
 
 @pytest.mark.parametrize("amp", ["bf16"])
@@ -65,6 +109,9 @@ def test_resume_after_kill_matches_unbroken_run(tmp_path, digits16):
     for step in range(6, 9):
         assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), (step, got, expected)
     assert val_records(broken)[-1]["top1"] == pytest.approx(val_records(unbroken)[-1]["top1"])
+    # The resumed run's MLPerf log is a file of its own (the checker reads one run per file).
+    assert (broken / "mlperf.log").is_file()
+    check_log(broken / "mlperf_resume1.log", "resnet")
 
 
 DDP_SCRIPT = """
@@ -118,3 +165,50 @@ def test_bad_gpu_decode_recipe_keys_are_one_line_errors(tmp_path, digits16, over
     )  # fmt: skip
     assert_one_line_error(result, message)
     assert not (tmp_path / "r" / "checkpoint.pt").exists()
+
+
+def test_shared_flags_reach_the_recipe():
+    from resnet50.train import build_recipe, parse_args
+
+    args = parse_args(["--recipe", str(MODEL_DIR / "configs" / "digits_cpu.yaml"), "--amp", "bf16", "--target-top1", "75.9",
+                       "--set", "data.workers=3", "--set", "optimizer.momentum=0.8"])  # fmt: skip
+    recipe = build_recipe(args)
+    assert recipe["train"]["amp"] == "bf16" and recipe["train"]["target_top1"] == 75.9
+    assert (recipe["data"]["workers"], recipe["optimizer"]["momentum"]) == (3, 0.8)  # both --set items kept
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--target-accuracy", "75"], "error: --target-accuracy was renamed: use --target-top1"),
+        (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
+        (["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
+        (["--set", "train.amp=none"], "error: amp must be one of bf16, fp16, fp32, not 'none'"),
+    ],
+)
+def test_old_spellings_are_one_line_errors(tmp_path, argv, message):
+    from r50_testutil import assert_one_line_error
+
+    result = run_module("resnet50.train", *TINY, "--synthetic", "--results-dir", tmp_path / "r", *argv)
+    assert_one_line_error(result, message)
+
+
+def test_old_recipe_key_is_one_line(tmp_path):
+    from r50_testutil import assert_one_line_error
+
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text(f"base: {MODEL_DIR / 'configs' / 'digits_cpu.yaml'}\ntrain:\n  target_accuracy: 75.0\n")
+    result = run_module("resnet50.train", "--recipe", recipe, "--synthetic", "--results-dir", tmp_path / "r")
+    assert_one_line_error(
+        result, "unknown recipe key 'train.target_accuracy'", "did you mean 'train.target_top1'"
+    )
+
+
+def test_existing_checkpoint_needs_resume_auto_or_none(tmp_path):
+    from resnet50.train import parse_args, train
+
+    (tmp_path / "checkpoint.pt").write_bytes(b"finished work")
+    with pytest.raises(SystemExit, match="pass --resume auto to continue it, --resume none to start over"):
+        train(parse_args(["--recipe", str(MODEL_DIR / "configs" / "digits_cpu.yaml"), "--synthetic",
+                          "--results-dir", str(tmp_path)]))  # fmt: skip
+    assert (tmp_path / "checkpoint.pt").read_bytes() == b"finished work"
