@@ -8,25 +8,42 @@ PYTHON="${PYTHON:-python}"
 usage() {
   cat <<'USAGE'
 Usage:
-  scripts/download_data.sh --imagenet TAR_DIR OUT_DIR   lay out ILSVRC2012 as OUT_DIR/{train,val}/<wnid>/*.JPEG
-  scripts/download_data.sh --digits OUT_DIR [SIZE]      build the small digits image folder (10 classes, SIZE px, default 32)
-  scripts/download_data.sh --synthetic                  nothing to download (train with --data-backend synthetic)
+  scripts/download_data.sh --imagenet TAR_DIR [--data-dir DIR]   lay out ILSVRC2012 as DIR/{train,val}/<wnid>/*.JPEG
+  scripts/download_data.sh --digits [--data-dir DIR] [--image-size N]
+                                                  build the small digits image folder (10 classes, N px, default 32)
+  scripts/download_data.sh --synthetic            nothing to download (train with --data-backend synthetic)
 
+--data-dir defaults to $DATA_DIR; it is the folder train.sh and evaluate.sh then read (--data-dir).
 ImageNet's licence does not allow redistribution: download ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar
 and ILSVRC2012_devkit_t12.tar.gz yourself from https://image-net.org (after accepting the terms) into TAR_DIR.
 The tarballs are verified and the validation images are sorted into class folders with the devkit labels.
 USAGE
 }
 
-case "${1:-}" in
-  -h|--help) usage; exit 0 ;;
-  --synthetic)
+ACTION=""
+TARS=""
+OUT="${DATA_DIR:-}"
+SIZE=32
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --synthetic) ACTION=synthetic; shift ;;
+    --digits) ACTION=digits; shift ;;
+    --imagenet) ACTION=imagenet; TARS="${2:?--imagenet needs the folder holding the tarballs}"; shift 2 ;;
+    --data-dir) OUT="${2:?--data-dir needs a folder}"; shift 2 ;;
+    --image-size) SIZE="${2:?--image-size needs a number}"; shift 2 ;;
+    *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+case "${ACTION}" in
+  synthetic)
     echo "synthetic data needs no download: train with --data-backend synthetic (or --synthetic)"; exit 0 ;;
-  --digits)
-    OUT="${2:?--digits needs an output folder}"; SIZE="${3:-32}"
+  digits)
+    [[ -n "${OUT}" ]] || { echo "error: give --data-dir DIR (or set DATA_DIR)" >&2; exit 2; }
     exec "${PYTHON}" -c "import sys; from zoo.datasets import make_digits_imagefolder as m; print(m(sys.argv[1], image_size=int(sys.argv[2])))" "${OUT}" "${SIZE}" ;;
-  --imagenet)
-    TARS="${2:?--imagenet needs the folder holding the tarballs}"; OUT="${3:?--imagenet needs an output folder}"
+  imagenet)
+    [[ -n "${OUT}" ]] || { echo "error: give --data-dir DIR (or set DATA_DIR)" >&2; exit 2; }
     for f in ILSVRC2012_img_train.tar ILSVRC2012_img_val.tar ILSVRC2012_devkit_t12.tar.gz; do
       [[ -f "${TARS}/${f}" ]] || { echo "error: ${TARS}/${f} not found (download it from https://image-net.org)" >&2; exit 1; }
     done
