@@ -1,0 +1,1 @@
+"""Transformer (big/base) for WMT14 English-German: model, data, training, evaluation, export."""

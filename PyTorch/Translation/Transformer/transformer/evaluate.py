@@ -1,0 +1,145 @@
+"""Translate a test set (or any file) with a trained model and score detokenised BLEU with sacrebleu.
+
+    python -m transformer.evaluate --checkpoint results/model.pt --data-dir DATA [--split test]
+    python -m transformer.evaluate --checkpoint results/model.pt --input news.en [--reference news.de]
+
+The vocabulary is the data folder's tokenizer.json, else the one saved beside the checkpoint. Prints
+``BLEU <score> (<sacrebleu signature>)``; with --results-dir writes translations and a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+import torch
+
+from transformer.data import load_tokenizer, read_parallel
+from transformer.model import build_model
+
+
+def score_bleu(hyps: list, refs: list) -> tuple[float, str]:
+    """(corpus BLEU in points, sacrebleu's signature) of detokenised hypotheses against one reference."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hyps) != len(refs):
+        raise SystemExit(f"error: {len(hyps)} translations but {len(refs)} references")
+    metric = BLEU()
+    result = metric.corpus_score(hyps, [refs])
+    return float(result.score), str(metric.get_signature())
+
+
+def load_model(path, device="cpu"):
+    """(model in eval mode, its saved settings) from model.pt, or from a training checkpoint.pt."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise SystemExit(f"error: {path}: no such checkpoint")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # a truncated or foreign file: say which one, in one line
+        raise SystemExit(f"error: {path}: not a readable PyTorch checkpoint ({type(e).__name__})") from None
+    if not isinstance(state, dict) or state.get("kind") not in ("transformer", "transformer-training"):
+        raise SystemExit(f"error: {path} is not a Transformer checkpoint")
+    if state["kind"] == "transformer-training":
+        recipe = state["recipe"]
+        settings = {"model_recipe": recipe["model"], "langs": recipe["data"]["langs"], "eval": recipe["eval"]}
+        vocab_size = state["model"]["embed.weight"].shape[0]
+    else:
+        settings = {k: state[k] for k in ("model_recipe", "langs", "eval")}
+        vocab_size = state["vocab_size"]
+    model = build_model(settings["model_recipe"], vocab_size)
+    model.load_state_dict(state["model"])
+    return model.to(device).eval(), settings
+
+
+def tokenizer_for(data_dir, checkpoint):
+    """The data folder's vocabulary if given, else tokenizer.json beside the checkpoint."""
+    if data_dir:
+        return load_tokenizer(data_dir)
+    return load_tokenizer(pathlib.Path(checkpoint).parent)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from zoo.cli import add_run_args
+
+    from transformer.train import DEFAULT_RECIPE
+
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer.evaluate", description=__doc__.splitlines()[0]
+    )
+    add_run_args(
+        parser, default_recipe=DEFAULT_RECIPE, resume=False, data_help="prepared data folder ($DATA_DIR)"
+    )
+    parser.add_argument("--checkpoint", required=True, help="model.pt or checkpoint.pt")
+    parser.add_argument("--split", default="test", help="the data folder's split to score (default test)")
+    parser.add_argument("--input", default=None, help="translate this file (one sentence per line) instead")
+    parser.add_argument("--reference", default=None, help="score --input's translations against this file")
+    parser.add_argument("--output", default=None, help="write the translations here (default RESULTS_DIR)")
+    parser.add_argument("--beam", type=int, default=None, help="beam size (default: the checkpoint's, 4)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda where available)")
+    return parser
+
+
+def main(argv=None) -> dict:
+    from zoo.checkpoints import atomic_write
+    from zoo.cli import parse_args
+    from zoo.torch import autocast
+
+    from transformer.translate import translate_lines
+
+    args = parse_args(build_parser(), argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model, settings = load_model(args.checkpoint, device)
+    tokenizer = tokenizer_for(args.data_dir, args.checkpoint)
+    if tokenizer.get_vocab_size() != model.cfg.vocab_size:
+        raise SystemExit(
+            f"error: the vocabulary has {tokenizer.get_vocab_size()} tokens but the checkpoint {model.cfg.vocab_size}"
+        )
+    eval_cfg = settings["eval"]
+    langs = settings["langs"]
+    amp = args.amp or "fp32"
+    if args.input:
+        source = pathlib.Path(args.input)
+        if not source.is_file():
+            raise SystemExit(f"error: {source}: no such file")
+        if args.reference:
+            lines, refs = read_parallel(source, args.reference)
+        else:
+            lines, refs = source.read_text(encoding="utf-8").splitlines(), None
+    else:
+        if not args.data_dir:
+            raise SystemExit("error: pass --data-dir (or set DATA_DIR) or --input FILE")
+        data_dir = pathlib.Path(args.data_dir)
+        lines, refs = read_parallel(
+            data_dir / f"{args.split}.{langs[0]}", data_dir / f"{args.split}.{langs[1]}"
+        )
+    with autocast(device, amp):
+        hyps = translate_lines(
+            model,
+            tokenizer,
+            lines,
+            beam=args.beam or eval_cfg["beam"],
+            device=device,
+            batch_tokens=eval_cfg["batch_tokens"],
+            length_penalty=eval_cfg["length_penalty"],
+            max_length_a=eval_cfg["max_length_a"],
+            max_length_b=eval_cfg["max_length_b"],
+        )
+    summary = {"sentences": len(hyps), "beam": args.beam or eval_cfg["beam"]}
+    if refs is not None:
+        bleu, signature = score_bleu(hyps, refs)
+        summary.update(bleu=bleu, signature=signature)
+        print(f"BLEU {bleu:.2f} ({signature})")
+    output = pathlib.Path(args.output) if args.output else pathlib.Path(args.results_dir) / "translations.txt"
+    with atomic_write(output) as tmp:
+        tmp.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    if refs is None:
+        print(f"{len(hyps)} translations written to {output}")
+    with atomic_write(output.with_name("evaluation.json")) as tmp:
+        tmp.write_text(json.dumps(summary, indent=1) + "\n")
+    return {**summary, "translations": hyps}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,358 @@
+"""Train the Transformer: label-smoothed cross entropy, Adam with inverse-square-root warm-up,
+token-count batches, gradient accumulation, mixed precision, DDP, exact resume, BLEU stop.
+
+    python -m transformer.train --data-dir DATA --results-dir results [--target-bleu 25.0]
+    torchrun --nproc_per_node 8 -m transformer.train --recipe configs/transformer_big_wmt14_8gpu.yaml
+
+Writes RESULTS_DIR/checkpoint.pt (model, optimizer, schedule, generators, position in the epoch),
+metrics.jsonl + tensorboard/ (MetricsLogger), mlperf.log (benchmark "transformer", ruleset 0.7.0;
+a resumed run writes mlperf_resume<N>.log) and model.pt (the weights and what evaluation needs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from transformer.data import Pairs, collate, load_tokenizer, make_numbers, token_batches
+from transformer.model import PAD, build_model
+
+MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_RECIPE = MODEL_DIR / "configs" / "transformer_big_wmt14.yaml"
+CHECKPOINT_NAME = "checkpoint.pt"
+MODEL_NAME = "model.pt"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from zoo.cli import add_run_args, add_target_arg
+
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer.train", description="Train the Transformer on a prepared data folder."
+    )
+    add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_help="prepared data folder ($DATA_DIR)")
+    add_target_arg(parser, "bleu", unit="BLEU points", example=25.0)
+    parser.add_argument("--epochs", type=int, default=None, help="epochs (default: the recipe's)")
+    parser.add_argument(
+        "--synthetic", action="store_true", help="the generated number-words task, no download"
+    )
+    parser.add_argument("--device", default=None, help="cpu, cuda (default: cuda:LOCAL_RANK where CUDA is)")
+    return parser
+
+
+def inverse_sqrt(warmup_steps: int):
+    """The learning-rate factor at update ``step``: linear warm-up, then 1/sqrt(step) (peak 1.0)."""
+
+    def factor(step: int) -> float:
+        step = max(step, 1)
+        if warmup_steps <= 0:
+            return 1.0 / math.sqrt(step)
+        return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+    return factor
+
+
+def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> tuple:
+    """(summed label-smoothed cross entropy, summed plain NLL) over the non-pad target tokens."""
+    flat = logits.float().reshape(-1, logits.shape[-1])
+    target = target.reshape(-1)
+    loss = F.cross_entropy(flat, target, ignore_index=PAD, label_smoothing=smoothing, reduction="sum")
+    nll = F.cross_entropy(flat.detach(), target, ignore_index=PAD, reduction="sum")
+    return loss, nll
+
+
+def train_step(
+    model,
+    batches: list,
+    optimizer,
+    scheduler,
+    scaler,
+    *,
+    device,
+    amp: str,
+    smoothing: float,
+    clip_norm: float,
+):
+    """One update over ``batches`` (gradient accumulation: one backward each, one optimizer step).
+
+    The loss is normalised by the update's target tokens. Returns (loss per token, nll per token, tokens).
+    """
+    from zoo.torch import autocast
+
+    tokens = sum(int((b["tgt_out"] != PAD).sum()) for b in batches)
+    total_loss = total_nll = 0.0
+    for i, batch in enumerate(batches):
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        # Only the last micro-batch all-reduces gradients.
+        sync = i == len(batches) - 1 or not hasattr(model, "no_sync")
+        context = model.no_sync() if not sync else _null()
+        with context:
+            with autocast(device, amp):
+                logits = model(batch["src"], batch["tgt_in"])
+            loss, nll = smoothed_loss(logits, batch["tgt_out"], smoothing)
+            scaler.scale(loss / tokens).backward()
+        total_loss += float(loss.detach())
+        total_nll += float(nll)
+    if clip_norm > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+    return total_loss / tokens, total_nll / tokens, tokens
+
+
+def _null():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def bleu_on(model, tokenizer, data_dir, split: str, eval_recipe: dict, device, amp: str, langs) -> tuple:
+    """(BLEU points, sacrebleu signature) of ``split``'s source translated against its raw reference."""
+    from zoo.torch import autocast
+
+    from transformer.evaluate import score_bleu
+    from transformer.translate import translate_lines
+
+    src_lines, refs = read_split_text(data_dir, split, langs)
+    model.eval()
+    with autocast(device, amp):
+        hyps = translate_lines(
+            model,
+            tokenizer,
+            src_lines,
+            beam=eval_recipe["beam"],
+            device=device,
+            batch_tokens=eval_recipe["batch_tokens"],
+            length_penalty=eval_recipe["length_penalty"],
+            max_length_a=eval_recipe["max_length_a"],
+            max_length_b=eval_recipe["max_length_b"],
+        )
+    model.train()
+    return score_bleu(hyps, refs)
+
+
+def read_split_text(data_dir, split: str, langs) -> tuple[list, list]:
+    from transformer.data import read_parallel
+
+    data_dir = pathlib.Path(data_dir)
+    return read_parallel(data_dir / f"{split}.{langs[0]}", data_dir / f"{split}.{langs[1]}")
+
+
+def mlperf_log_path(results: pathlib.Path, resumed: bool) -> pathlib.Path:
+    """mlperf.log for a new run; a resumed run writes mlperf_resume<N>.log (one run per file)."""
+    if not resumed:
+        return results / "mlperf.log"
+    n = 1
+    while (results / f"mlperf_resume{n}.log").exists():
+        n += 1
+    return results / f"mlperf_resume{n}.log"
+
+
+def main(argv=None) -> dict:
+    from zoo.checkpoints import atomic_write
+    from zoo.cli import parse_args, recipe_from_args, resolve_resume
+    from zoo.log import MetricsLogger
+    from zoo.mlperf import MLPerfLogger
+    from zoo.rng import rng_state, set_rng_state
+    from zoo.torch import (
+        check_replicas_agree,
+        close_distributed,
+        distributed_model,
+        fast_math,
+        grad_scaler,
+        init_distributed,
+        parameter_groups,
+        seed_everything,
+    )
+
+    args = parse_args(build_parser(), argv)
+    recipe = recipe_from_args(args, {"target_bleu": "eval.target_bleu", "epochs": "train.epochs"})
+    env, device = init_distributed(args.device)
+    fast_math(device)
+    results = pathlib.Path(args.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
+    if args.synthetic:
+        data_dir = results / "synthetic_data"
+        if env.is_primary and not (data_dir / "meta.json").is_file():
+            make_numbers(data_dir)
+        if env.world_size > 1:
+            dist.barrier()
+    elif args.data_dir:
+        data_dir = pathlib.Path(args.data_dir)
+    else:
+        raise SystemExit("error: pass --data-dir (or set DATA_DIR), or --synthetic")
+    tokenizer = load_tokenizer(data_dir)
+    data, train_cfg, opt_cfg, eval_cfg = recipe["data"], recipe["train"], recipe["optimizer"], recipe["eval"]
+    langs = data["langs"]
+    amp = recipe["amp"]
+    seed = int(recipe["seed"])
+    seed_everything(seed)
+
+    model = build_model(recipe["model"], tokenizer.get_vocab_size()).to(device)
+    optimizer = torch.optim.Adam(
+        parameter_groups(model, opt_cfg["weight_decay"]),
+        lr=opt_cfg["lr"],
+        betas=tuple(opt_cfg["betas"]),
+        eps=opt_cfg["eps"],
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(opt_cfg["warmup_steps"]))
+    scaler = grad_scaler(device, amp)
+    train_set = Pairs(data_dir, "train", data["max_length"])
+    eval_split = eval_cfg["split"]
+    eval_size = len(read_split_text(data_dir, eval_split, langs)[0])
+    position = {"epoch": 1, "batch": 0, "step": 0, "best_bleu": 0.0}
+    if resume_from is not None:
+        state = torch.load(resume_from, map_location="cpu", weights_only=False)
+        if state.get("kind") != "transformer-training":
+            raise SystemExit(f"error: {resume_from} is not a Transformer training checkpoint")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        position = state["position"]
+        set_rng_state(state["rng"][env.rank] if env.rank < len(state["rng"]) else state["rng"][0])
+    net = distributed_model(model, device) if env.world_size > 1 else model
+    accumulation = int(train_cfg["accumulation"])
+    epochs = int(train_cfg["epochs"])
+    target = eval_cfg.get("target_bleu")
+    max_tokens = int(data["max_tokens"])
+
+    def save_checkpoint():
+        rngs = [rng_state()]
+        if env.world_size > 1:
+            rngs = [None] * env.world_size
+            dist.all_gather_object(rngs, rng_state())
+        if not env.is_primary:
+            return
+        state = {
+            "kind": "transformer-training",
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(),
+            "position": dict(position),
+            "rng": rngs,
+            "recipe": recipe,
+        }
+        with atomic_write(results / CHECKPOINT_NAME) as tmp:
+            torch.save(state, tmp)
+
+    bleu = signature = None
+    mlperf_path = mlperf_log_path(results, resume_from is not None)
+    with (
+        MLPerfLogger(mlperf_path, "transformer", enabled=env.is_primary, stdout=False) as mlperf,
+        MetricsLogger(results / "metrics.jsonl", enabled=env.is_primary) as logger,
+    ):
+        mlperf.cache_clear()
+        mlperf.init_start()
+        mlperf.seed(seed)
+        mlperf.global_batch_size(max_tokens * env.world_size * accumulation)
+        mlperf.gradient_accumulation_steps(accumulation)
+        mlperf.train_samples(len(train_set))
+        mlperf.eval_samples(eval_size)
+        mlperf.hyperparameters(
+            opt_name="adam",
+            opt_base_learning_rate=opt_cfg["lr"],
+            opt_learning_rate_warmup_steps=opt_cfg["warmup_steps"],
+            opt_adam_beta_1=opt_cfg["betas"][0],
+            opt_adam_beta_2=opt_cfg["betas"][1],
+            opt_adam_epsilon=opt_cfg["eps"],
+        )
+        mlperf.event("max_sequence_length", data["max_length"], {"method": "discard"})
+        mlperf.init_stop()
+        mlperf.run_start()
+        status = "aborted"
+        net.train()
+        for epoch in range(position["epoch"], epochs + 1):
+            mlperf.epoch_start(epoch)
+            every = token_batches(train_set, max_tokens, seed=seed, epoch=epoch)
+            per_rank = len(every) // env.world_size
+            if per_rank == 0:
+                raise SystemExit(f"error: {len(every)} batches cannot feed {env.world_size} processes")
+            mine = every[: per_rank * env.world_size][env.rank :: env.world_size]
+            updates = len(mine) // accumulation
+            began, tokens_seen = time.perf_counter(), 0
+            for update in range(position["batch"] // accumulation, updates):
+                group = mine[update * accumulation : (update + 1) * accumulation]
+                batches = [collate(train_set, indices) for indices in group]
+                loss, nll, tokens = train_step(
+                    net,
+                    batches,
+                    optimizer,
+                    scheduler,
+                    scaler,
+                    device=device,
+                    amp=amp,
+                    smoothing=train_cfg["label_smoothing"],
+                    clip_norm=opt_cfg["clip_norm"],
+                )
+                position["step"] += 1
+                position["batch"] = (update + 1) * accumulation
+                tokens_seen += tokens
+                if position["step"] % int(train_cfg["log_every"]) == 0 or update == updates - 1:
+                    seconds = time.perf_counter() - began
+                    logger.log(
+                        position["step"],
+                        {
+                            "loss": loss,
+                            "nll": nll,
+                            "lr": scheduler.get_last_lr()[0],
+                            "tokens_per_s": tokens_seen * env.world_size / max(seconds, 1e-9),
+                        },
+                        units={"tokens_per_s": " tok/s"},
+                    )
+                every_steps = int(train_cfg["checkpoint_every_steps"])
+                if every_steps and position["step"] % every_steps == 0:
+                    save_checkpoint()
+            mlperf.epoch_stop(epoch)
+            mlperf.eval_start(epoch)
+            bleu = signature = None
+            if env.is_primary:
+                bleu, signature = bleu_on(
+                    model, tokenizer, data_dir, eval_split, eval_cfg, device, amp, langs
+                )
+            if env.world_size > 1:
+                shared = [bleu]
+                dist.broadcast_object_list(shared, src=0)
+                bleu = shared[0]
+            mlperf.eval_stop(epoch)
+            mlperf.eval_accuracy(bleu / 100, epoch)
+            logger.log(position["step"], {"bleu": bleu, "epoch": epoch}, phase="val")
+            if signature:
+                print(f"epoch {epoch}: BLEU {bleu:.2f} on {eval_split} ({signature})", flush=True)
+            position.update(epoch=epoch + 1, batch=0, best_bleu=max(position["best_bleu"], bleu))
+            save_checkpoint()
+            if target is not None and bleu >= target:
+                status = "success"
+                break
+        mlperf.run_stop(status)
+    check_replicas_agree(model, env)
+    if env.is_primary:
+        with atomic_write(results / MODEL_NAME) as tmp:
+            torch.save(
+                {
+                    "kind": "transformer",
+                    "model": model.state_dict(),
+                    "model_recipe": recipe["model"],
+                    "langs": langs,
+                    "vocab_size": tokenizer.get_vocab_size(),
+                    "eval": eval_cfg,
+                },
+                tmp,
+            )
+        tokenizer.save(str(results / "tokenizer.json"))
+    close_distributed()
+    return {"bleu": bleu, "signature": signature, "step": position["step"], "status": status}
+
+
+if __name__ == "__main__":
+    main()
