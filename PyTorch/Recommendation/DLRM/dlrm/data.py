@@ -1,0 +1,220 @@
+"""Criteo data: the binary shard format, the batch loader, raw-TSV preprocessing and generated sets.
+
+A prepared dataset directory holds ``meta.json`` ({"num_dense", "num_embeddings": rows per
+categorical column, ...}) and ``train/`` and ``val/`` with ``part-NNNNN.bin`` shards. A shard is a
+32-byte header (b"DLRMBIN1", rows uint64, dense columns uint32, categorical columns uint32, 8 zero
+bytes) followed by labels float32 [rows], dense float32 [rows, dense] (log(1 + max(x, 0))) and
+categorical ids int32 [rows, categorical]. Shards are memory-mapped; a batch is a contiguous row range.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import numpy as np
+
+MAGIC = b"DLRMBIN1"
+HEADER_BYTES = 32
+NUM_DENSE = 13
+NUM_CATEGORICAL = 26
+RAW_COLUMNS = 1 + NUM_DENSE + NUM_CATEGORICAL
+# Multi-hot expansion: index k of a multi-hot bag is the one-hot id shifted by k * this prime (mod rows).
+MULTI_HOT_STRIDE = 1_000_003
+
+
+class Shard:
+    """One memory-mapped shard; a bad file is a one-line SystemExit naming it."""
+
+    def __init__(self, path: pathlib.Path):
+        self.path = pathlib.Path(path)
+        size = self.path.stat().st_size
+        with open(self.path, "rb") as f:
+            header = f.read(HEADER_BYTES)
+        if len(header) < HEADER_BYTES or header[:8] != MAGIC:
+            raise SystemExit(f"error: {self.path}: not a DLRM shard (bad header)")
+        rows = int(np.frombuffer(header, np.uint64, 1, 8)[0])
+        dense, cats = (int(v) for v in np.frombuffer(header, np.uint32, 2, 16))
+        expected = HEADER_BYTES + rows * 4 * (1 + dense + cats)
+        if size != expected:
+            raise SystemExit(
+                f"error: {self.path}: truncated or corrupt shard ({size} bytes, its header says {expected})"
+            )
+        self.rows, self.num_dense, self.num_categorical = rows, dense, cats
+        offset = HEADER_BYTES
+        self.labels = np.memmap(self.path, np.float32, "r", offset, (rows,))
+        offset += rows * 4
+        self.dense = np.memmap(self.path, np.float32, "r", offset, (rows, dense))
+        offset += rows * dense * 4
+        self.categorical = np.memmap(self.path, np.int32, "r", offset, (rows, cats))
+
+
+def write_shard(path, labels: np.ndarray, dense: np.ndarray, categorical: np.ndarray) -> None:
+    """Write one shard atomically."""
+    from zoo.checkpoints import atomic_write
+
+    rows = len(labels)
+    header = (
+        MAGIC
+        + np.uint64(rows).tobytes()
+        + np.array(dense.shape[1:] + categorical.shape[1:], np.uint32).tobytes()
+    )
+    header += b"\0" * (HEADER_BYTES - len(header))
+    with atomic_write(path) as tmp, open(tmp, "wb") as f:
+        f.write(header)
+        f.write(np.ascontiguousarray(labels, np.float32).tobytes())
+        f.write(np.ascontiguousarray(dense, np.float32).tobytes())
+        f.write(np.ascontiguousarray(categorical, np.int32).tobytes())
+
+
+def read_meta(data_dir) -> dict:
+    path = pathlib.Path(data_dir) / "meta.json"
+    if not path.is_file():
+        raise SystemExit(
+            f"error: {path} not found: prepare the data with scripts/download_data.sh (or --synthetic)"
+        )
+    return json.loads(path.read_text())
+
+
+def write_meta(data_dir, num_embeddings: list[int], **extra) -> None:
+    from zoo.checkpoints import atomic_write
+
+    meta = {"format": "dlrm-bin-1", "num_dense": NUM_DENSE, "num_embeddings": list(num_embeddings), **extra}
+    with atomic_write(pathlib.Path(data_dir) / "meta.json") as tmp:
+        tmp.write_text(json.dumps(meta, indent=1) + "\n")
+
+
+class Split:
+    """The shards of one split; ``batch(start, stop)`` returns rows [start, stop) as numpy arrays."""
+
+    def __init__(self, data_dir, split: str):
+        folder = pathlib.Path(data_dir) / split
+        paths = sorted(folder.glob("part-*.bin"))
+        if not paths:
+            raise SystemExit(f"error: no shards in {folder}: prepare the data with scripts/download_data.sh")
+        self.shards = [Shard(p) for p in paths]
+        self.starts = np.cumsum([0] + [s.rows for s in self.shards])
+        self.rows = int(self.starts[-1])
+
+    def batch(self, start: int, stop: int):
+        labels, dense, cats = [], [], []
+        i = int(np.searchsorted(self.starts, start, side="right")) - 1
+        while start < stop:
+            shard = self.shards[i]
+            lo = start - int(self.starts[i])
+            hi = min(shard.rows, stop - int(self.starts[i]))
+            labels.append(shard.labels[lo:hi])
+            dense.append(shard.dense[lo:hi])
+            cats.append(shard.categorical[lo:hi])
+            start += hi - lo
+            i += 1
+        return np.concatenate(labels), np.concatenate(dense), np.concatenate(cats)
+
+
+def expand_categorical(cats: np.ndarray, rows: list[int], hotness: list[int]) -> np.ndarray:
+    """One-hot ids [B, tables] -> the model's int64 [B, sum(hotness)]: ids modulo the table's rows,
+    and for a multi-hot table its bag (id + k * MULTI_HOT_STRIDE) mod rows, k < hotness."""
+    cats = cats.astype(np.int64)
+    if cats.size and (cats < 0).any():
+        raise SystemExit("error: negative categorical id in the data: the shards are corrupt")
+    columns = []
+    for t, (n, hot) in enumerate(zip(rows, hotness, strict=True)):
+        base = cats[:, t : t + 1]
+        columns.append((base + np.arange(hot, dtype=np.int64) * MULTI_HOT_STRIDE) % n)
+    return np.concatenate(columns, axis=1)
+
+
+class Batches:
+    """The batches one rank reads from a split: global batch g covers rows [g*G, (g+1)*G) (batch
+    order shuffled per epoch when ``shuffle``), and rank r takes its r-th slice of B = G / world rows.
+
+    A last partial global batch is padded to G with ``weight`` 0 rows, so every rank gets B rows
+    (sharded embeddings need equal batches); ``weight`` is 1 for real rows.
+    """
+
+    def __init__(
+        self,
+        split: Split,
+        global_batch: int,
+        rank: int,
+        world: int,
+        rows,
+        hotness,
+        *,
+        drop_last,
+        shuffle=False,
+        seed=0,
+    ):
+        if global_batch % world:
+            raise SystemExit(f"error: global batch {global_batch} is not a multiple of {world} processes")
+        self.split, self.global_batch, self.rank, self.world = split, global_batch, rank, world
+        self.local = global_batch // world
+        self.rows, self.hotness = rows, hotness
+        self.shuffle, self.seed = shuffle, seed
+        self.count = split.rows // global_batch if drop_last else math.ceil(split.rows / global_batch)
+        if self.count == 0:
+            raise SystemExit(f"error: {split.rows} rows are fewer than one global batch of {global_batch}")
+
+    def order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.count)
+        return np.random.default_rng([self.seed, epoch]).permutation(self.count)
+
+    def get(self, index: int):
+        """Global batch ``index``'s slice for this rank: (labels, dense, sparse, weight) torch tensors."""
+        import torch
+
+        start = index * self.global_batch + self.rank * self.local
+        stop = min(start + self.local, self.split.rows)
+        labels, dense, cats = self.split.batch(start, stop) if stop > start else self.split.batch(0, 0)
+        real = len(labels)
+        if real < self.local:
+            pad = self.local - real
+            labels = np.concatenate([labels, np.zeros(pad, np.float32)])
+            dense = np.concatenate([dense, np.zeros((pad, dense.shape[1]), np.float32)])
+            cats = np.concatenate([cats, np.zeros((pad, cats.shape[1]), np.int32)])
+        weight = np.zeros(self.local, np.float32)
+        weight[:real] = 1
+        sparse = expand_categorical(cats, self.rows, self.hotness)
+        return (
+            torch.from_numpy(np.array(labels)),
+            torch.from_numpy(np.array(dense)),
+            torch.from_numpy(sparse),
+            torch.from_numpy(weight),
+        )
+
+
+# ---------------------------------------------------------------- raw Criteo TSV -> shards
+
+
+def parse_lines(lines: list[str], where: str, first_line: int):
+    """Criteo TSV lines (label, 13 integer, 26 hex fields; empty = missing) -> (labels, dense, hex
+    strings [n, 26]). A malformed line is a one-line SystemExit naming file and line."""
+    n = len(lines)
+    labels = np.empty(n, np.float32)
+    dense = np.zeros((n, NUM_DENSE), np.float32)
+    cats = []
+    for i, line in enumerate(lines):
+        fields = line.rstrip("\n").split("\t")
+        if len(fields) != RAW_COLUMNS:
+            raise SystemExit(
+                f"error: {where}:{first_line + i}: {len(fields)} tab-separated columns, Criteo has {RAW_COLUMNS}"
+            )
+        try:
+            labels[i] = float(fields[0]) if fields[0] else 0.0
+            for j, value in enumerate(fields[1 : 1 + NUM_DENSE]):
+                if value:
+                    dense[i, j] = float(int(value))
+        except ValueError:
+            raise SystemExit(f"error: {where}:{first_line + i}: non-numeric label or dense field") from None
+        cats.append(fields[1 + NUM_DENSE :])
+    np.log1p(np.maximum(dense, 0), out=dense)
+    return labels, dense, cats
+
+
+def hex_id(value: str, where: str) -> int:
+    try:
+        return int(value, 16) if value else 0
+    except ValueError:
+        raise SystemExit(f"error: {where}: categorical field {value!r} is not hexadecimal") from None

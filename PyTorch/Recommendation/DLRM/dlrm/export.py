@@ -1,0 +1,129 @@
+"""Export a checkpoint's single-device model to ONNX and a Triton model repository:
+``python -m dlrm.export --checkpoint RESULTS/checkpoint --repository model_repository``.
+
+Models: ``dlrm_onnx`` (onnxruntime backend, Triton's container) and ``dlrm_python`` (the zoo's
+python-backend model file over the same ONNX file). Inputs ``dense`` FP32 [13] (log(1 + x)
+features, as dlrm.data prepares them) and ``sparse`` INT64 [sum(hotness)] (table ids, tables in
+order); output ``ctr`` FP32 [1], the click probability.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+import torch
+from zoo.cli import add_run_args, parse_args, recipe_from_args
+
+from dlrm.train import DEFAULT_RECIPE
+
+
+def load_plain(recipe: dict, checkpoint) -> tuple[torch.nn.Module, dict]:
+    """(the single-device DLRM with ``checkpoint``'s weights, its progress.json) whatever path trained it."""
+    import torch.distributed.checkpoint as dcp
+
+    from dlrm.model import build_plain
+
+    checkpoint = pathlib.Path(checkpoint)
+    progress_file = checkpoint / "progress.json"
+    if not progress_file.is_file():
+        raise SystemExit(f"error: {checkpoint} is not a DLRM checkpoint (no progress.json)")
+    progress = json.loads(progress_file.read_text())
+    model = build_plain(
+        recipe["model"], progress["num_embeddings"], progress["num_dense"], int(recipe.get("seed", 0))
+    )
+    state = {"model": model.state_dict()}
+    try:
+        dcp.load(state, checkpoint_id=str(checkpoint))
+    except Exception as e:  # DCP's exception lists every rank's traceback: one line is enough
+        last = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+        raise SystemExit(f"error: {checkpoint} does not fit this recipe's model: {last}") from None
+    model.load_state_dict(state["model"])
+    return model.eval(), progress
+
+
+def export_onnx(model, path, num_dense: int, sparse_width: int) -> None:
+    from zoo.checkpoints import atomic_write
+
+    from dlrm.model import CTRModel
+
+    dense = torch.rand(2, num_dense)
+    sparse = torch.zeros(2, sparse_width, dtype=torch.int64)
+    with atomic_write(path) as tmp:
+        torch.onnx.export(
+            CTRModel(model).eval(),
+            (dense, sparse),
+            str(tmp),
+            input_names=["dense", "sparse"],
+            output_names=["ctr"],
+            dynamic_axes={"dense": {0: "batch"}, "sparse": {0: "batch"}, "ctr": {0: "batch"}},
+            opset_version=17,
+            dynamo=False,
+        )
+
+
+def write_repository(
+    model, repo, num_dense: int, *, max_batch_size: int = 4096, instance_kind: str = "KIND_GPU"
+):
+    """Write dlrm_onnx and dlrm_python into ``repo``; returns the repository path."""
+    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+
+    repo = pathlib.Path(repo)
+    repo.mkdir(parents=True, exist_ok=True)
+    width = sum(model.sparse.hotness)
+    onnx_path = repo / "dlrm.onnx"
+    export_onnx(model, onnx_path, num_dense, width)
+    inputs = [TensorSpec("dense", "FP32", [num_dense]), TensorSpec("sparse", "INT64", [width])]
+    outputs = [TensorSpec("ctr", "FP32", [1])]
+    batching = {"max_queue_delay_microseconds": 100}
+    cfg = model_config(
+        "dlrm_onnx",
+        platform="onnxruntime_onnx",
+        max_batch_size=max_batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        instance_kind=instance_kind,
+        dynamic_batching=batching,
+    )
+    write_model(repo, cfg, {"model.onnx": onnx_path})
+    cfg = model_config(
+        "dlrm_python",
+        backend="python",
+        max_batch_size=max_batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        instance_kind="KIND_CPU",
+        dynamic_batching=batching,
+        parameters={"min_value:sparse": 0},
+    )
+    write_model(repo, cfg, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path})
+    onnx_path.unlink()
+    return repo
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m dlrm.export", description=__doc__.split("\n\n")[0])
+    add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_dir=False, amp=False, resume=False)
+    parser.add_argument(
+        "--checkpoint", default=None, help="checkpoint directory (default: RESULTS_DIR/checkpoint)"
+    )
+    parser.add_argument("--repository", default="model_repository", help="Triton model repository to write")
+    parser.add_argument("--max-batch-size", type=int, default=4096)
+    parser.add_argument("--instance-kind", default="KIND_GPU", choices=("KIND_GPU", "KIND_CPU"))
+    args = parse_args(parser, argv)
+    recipe = recipe_from_args(args)
+    checkpoint = args.checkpoint or pathlib.Path(args.results_dir) / "checkpoint"
+    model, progress = load_plain(recipe, checkpoint)
+    repo = write_repository(
+        model,
+        args.repository,
+        progress["num_dense"],
+        max_batch_size=args.max_batch_size,
+        instance_kind=args.instance_kind,
+    )
+    print(f"wrote {repo}/dlrm_onnx and {repo}/dlrm_python")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""Optimizers and the learning-rate schedule shared by both embedding paths."""
+
+from __future__ import annotations
+
+import torch
+
+EPS = 1e-8
+
+
+class RowWiseAdagrad(torch.optim.Optimizer):
+    """Row-wise Adagrad for embedding tables, the update fbgemm's fused kernel makes
+    (EXACT_ROWWISE_ADAGRAD): per row, state += mean(g^2); w -= lr * g / (sqrt(state) + eps)."""
+
+    def __init__(self, params, lr: float, eps: float = EPS):
+        super().__init__(params, {"lr": lr, "eps": eps})
+        for group in self.param_groups:
+            for p in group["params"]:
+                self.state[p]["sum"] = torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad.float()
+                state = self.state[p]["sum"]
+                state.add_(grad.pow(2).mean(1))
+                p.add_(grad / (state.sqrt() + group["eps"]).unsqueeze(1), alpha=-group["lr"])
+
+
+def dense_optimizer(params, cfg: dict):
+    """``optimizer``: {name: adagrad|sgd, lr}; Adagrad as MLPerf's DCNv2 reference (eps 1e-8, no decay)."""
+    name, lr = cfg.get("name", "adagrad"), float(cfg["lr"])
+    if name == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr, eps=EPS)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    raise SystemExit(f"error: optimizer.name must be adagrad or sgd, not {name!r}")
+
+
+def sparse_optimizer_spec(cfg: dict):
+    """``sparse_optimizer``: {name: rowwise_adagrad|sgd, lr} -> (name, lr)."""
+    name = cfg.get("name", "rowwise_adagrad")
+    if name not in ("rowwise_adagrad", "sgd"):
+        raise SystemExit(f"error: sparse_optimizer.name must be rowwise_adagrad or sgd, not {name!r}")
+    return name, float(cfg["lr"])
+
+
+def plain_sparse_optimizer(params, cfg: dict):
+    name, lr = sparse_optimizer_spec(cfg)
+    return RowWiseAdagrad(params, lr=lr) if name == "rowwise_adagrad" else torch.optim.SGD(params, lr=lr)
+
+
+def lr_factor(step: int, cfg: dict) -> float:
+    """``schedule``: {warmup_steps, decay_start, decay_steps}: linear warm-up, then DLRM's
+    polynomial (power 2) decay to 0 over decay_steps from decay_start; all 0 = constant."""
+    warmup = int(cfg.get("warmup_steps", 0))
+    start, steps = int(cfg.get("decay_start", 0)), int(cfg.get("decay_steps", 0))
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if steps and step >= start:
+        return max(0.0, 1 - (step - start) / steps) ** 2
+    return 1.0
