@@ -1,0 +1,103 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from maskrcnn.data import CocoInstances, GroupedBatchSampler, build_loader
+from maskrcnn.shapes import COLOURS, make_shapes_coco
+from PIL import Image
+
+
+def test_shapes_masks_are_exactly_the_drawn_pixels(tmp_path):
+    image_dir, ann = make_shapes_coco(tmp_path, images=6, size=96, seed=3, split="train")
+    data = json.loads(ann.read_text())
+    kinds = {type(a["segmentation"]).__name__ for a in data["annotations"]}
+    assert kinds == {"list", "dict"}  # polygons and RLE
+    ds = CocoInstances(image_dir, ann, train=True)
+    for index in range(len(ds)):
+        image, target = ds[index]
+        pixels = np.asarray(Image.open(image_dir / ds.images[index]["file_name"]))
+        for mask, label, box in zip(target["masks"], target["labels"], target["boxes"], strict=True):
+            colour = COLOURS[data["categories"][int(label) - 1]["name"]]
+            drawn = (pixels == colour).all(-1)
+            inside = torch.zeros_like(mask, dtype=torch.bool)
+            x0, y0, x1, y1 = box.int().tolist()
+            inside[y0:y1, x0:x1] = True
+            assert torch.equal(mask.bool(), torch.from_numpy(drawn) & inside)
+        assert image.shape == (3, 96, 96) and 0 <= image.min() and image.max() <= 1
+
+
+def test_flip_mirrors_image_boxes_and_masks(tmp_path):
+    image_dir, ann = make_shapes_coco(tmp_path, images=2, size=64, seed=1, split="train")
+    ds = CocoInstances(image_dir, ann, train=True)
+    image, target = ds[(0, False)]
+    flipped, ftarget = ds[(0, True)]
+    assert torch.equal(flipped, image.flip(-1))
+    assert torch.equal(ftarget["masks"], target["masks"].flip(-1))
+    for mask, box in zip(ftarget["masks"], ftarget["boxes"], strict=True):
+        ys, xs = torch.nonzero(mask, as_tuple=True)
+        assert box.tolist() == [xs.min().item(), ys.min().item(), xs.max().item() + 1, ys.max().item() + 1]
+
+
+def test_batches_share_an_aspect_group_and_shards_are_disjoint():
+    groups = [0, 1] * 10 + [0] * 5
+    shards = [list(GroupedBatchSampler(groups, 2, world_size=2, rank=r, seed=4)) for r in (0, 1)]
+    for batches in shards:
+        for batch in batches:
+            assert len({groups[i] for i, _ in batch}) == 1 and len(batch) == 2
+    seen = [[i for b in batches for i, _ in b] for batches in shards]
+    assert not set(seen[0]) & set(seen[1])
+    again = GroupedBatchSampler(groups, 2, world_size=2, rank=0, seed=4)
+    assert list(again) == shards[0]  # the same epoch gives the same batches and flips
+    again.set_epoch(1)
+    assert list(again) != shards[0]
+
+
+def test_evaluation_loader_keeps_every_image_once(tmp_path):
+    image_dir, ann = make_shapes_coco(tmp_path, images=5, size=64, split="val")
+    loader = build_loader(image_dir, ann, train=False, batch_size=2)
+    ids = [t["image_id"] for _, targets in loader for t in targets]
+    assert sorted(ids) == [1, 2, 3, 4, 5]
+
+
+def broken(tmp_path, change):
+    image_dir, ann = make_shapes_coco(tmp_path, images=2, size=64, split="train")
+    data = json.loads(ann.read_text())
+    change(data)
+    ann.write_text(json.dumps(data))
+    return image_dir, ann
+
+
+def polygon_out_of_image(data):
+    data["annotations"][0]["segmentation"] = [[0, 0, 40, 0, 40, 90, 0, 90]]
+
+
+def rle_of_other_size(data):
+    data["annotations"][0]["segmentation"] = {"size": [10, 10], "counts": "abc"}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda d: d["annotations"][0].pop("segmentation"), "annotation 1 (image 1) has no segmentation"),
+        (polygon_out_of_image, "annotation 1 (image 1) has a polygon outside its 64x64 image"),
+        (lambda d: d["annotations"][0].update(category_id=77), "annotation 1 has unknown category 77"),
+        (lambda d: d["annotations"][0].update(image_id=99), "annotation 1 refers to unknown image 99"),
+        (rle_of_other_size, "annotation 1 (image 1) has an RLE of size [10, 10], image is 64x64"),
+        (lambda d: d.pop("categories"), "no 'categories' list (not a COCO instances file)"),
+    ],
+)
+def test_bad_annotation_files_end_in_one_line(tmp_path, change, message):
+    image_dir, ann = broken(tmp_path, change)
+    with pytest.raises(SystemExit) as e:
+        CocoInstances(image_dir, ann, train=True)
+    text = str(e.value)
+    assert text == f"error: {ann}: {message}" and "\n" not in text
+
+
+def test_missing_annotation_file_and_bad_json(tmp_path):
+    with pytest.raises(SystemExit, match="does not exist"):
+        CocoInstances(tmp_path, tmp_path / "none.json", train=True)
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(SystemExit, match="not valid JSON"):
+        CocoInstances(tmp_path, tmp_path / "bad.json", train=True)
