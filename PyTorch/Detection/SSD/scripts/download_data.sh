@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # COCO 2017 detection data: resumable download from images.cocodataset.org, MD5 check, extraction
-# into DATA_DIR/{train2017,val2017,annotations}. --synthetic writes a small generated set instead.
-# Arguments go to ssd.download (--help lists them).
+# into --data-dir (default $DATA_DIR)/{train2017,val2017,annotations}. --synthetic writes a small
+# generated set instead. Arguments go to ssd.download (--help lists them).
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}:${PYTHONPATH:-}"
-ARGS=("$@")
-if [[ -n "${DATA_DIR:-}" ]]; then ARGS=(--data-dir "$DATA_DIR" "${ARGS[@]}"); fi
-exec "${PYTHON:-python}" -m ssd.download "${ARGS[@]}"
+exec "${PYTHON:-python}" -m ssd.download "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Train SSD300 v1.1. NGPU (or --gpus N) > 1 launches torchrun on this node; multi-node: set NNODES,
 # NODE_RANK and RDZV_ENDPOINT (host:port) on every node, or run under SLURM (srun; ranks from SLURM_*).
-# Every other argument goes to ssd.train (python -m ssd.train --help lists them).
+# Every other argument goes to ssd.train (python -m ssd.train --help lists them); --data-dir and
+# --results-dir default to DATA_DIR and RESULTS_DIR.
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}:${PYTHONPATH:-}"
@@ -11,14 +12,16 @@ ARGS=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --gpus) NGPU="$2"; shift 2 ;;
+    --gpus=*) NGPU="${1#--gpus=}"; shift ;;
     -h|--help)
-      echo "usage: train.sh [--gpus N] [ssd.train options]   (env: NGPU, NNODES, NODE_RANK, RDZV_ENDPOINT, DATA_DIR, RESULTS_DIR)"
+      echo "usage: train.sh [--gpus N] [ssd.train options]"
+      echo "  --gpus N    processes (GPUs) on this node; default \$NGPU, else 1; N > 1 runs torchrun"
+      echo "  env: NGPU, NNODES, NODE_RANK, RDZV_ENDPOINT, DATA_DIR, RESULTS_DIR"
+      echo
       exec "$PY" -m ssd.train --help ;;
     *) ARGS+=("$1"); shift ;;
   esac
 done
-[[ -n "${DATA_DIR:-}" ]] && ARGS=(--data-dir "$DATA_DIR" "${ARGS[@]}")
-[[ -n "${RESULTS_DIR:-}" ]] && ARGS=(--results-dir "$RESULTS_DIR" "${ARGS[@]}")
 NNODES="${NNODES:-1}"
 if [[ "$NGPU" -gt 1 || "$NNODES" -gt 1 ]]; then
   exec "$PY" -m torch.distributed.run --nproc_per_node "$NGPU" --nnodes "$NNODES" \

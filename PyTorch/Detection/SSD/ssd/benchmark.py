@@ -1,7 +1,7 @@
 """Training and inference images/s of our SSD300 next to torchvision's ``ssd300_vgg16`` (weights=None),
 in one call on the same device with the same synthetic batch (300x300 images, 8 boxes per image).
 
-    python -m ssd.benchmark --mode both --batch-size 64 --precision bf16 --output bench.json
+    python -m ssd.benchmark --mode both --batch-size 64 --amp bf16 --output bench.json
     torchrun --nproc_per_node 4 -m ssd.benchmark --mode train     # DDP scaling (global images/s)
     python -m ssd.benchmark --smoke --device cpu                   # seconds on a CPU: checks the path
 
@@ -12,12 +12,20 @@ and per-class NMS (torchvision's model does its own resize/normalise, matching a
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import platform
 import sys
 
 import torch
+from zoo.cli import AMP_CHOICES
+from zoo.cli import parse_args as parse_cli
+from zoo.torch import (
+    autocast,
+    close_distributed,
+    distributed_model,
+    fast_math,
+    grad_scaler,
+    init_distributed,
+)
 
 from ssd.boxes import default_boxes, match, postprocess
 from ssd.loss import SSDLoss
@@ -28,22 +36,26 @@ STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ssd.benchmark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--mode", choices=("train", "inference", "both"), default="both")
     p.add_argument("--models", default="ours,torchvision", help="comma list of: ours, torchvision")
     p.add_argument("--batch-size", type=int, default=64, help="per process")
-    p.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
+    p.add_argument("--amp", choices=AMP_CHOICES, default="bf16", help="mixed precision (fp32: no autocast)")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--compile", action="store_true", help="torch.compile both models' forward")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda / cpu (default: cuda:LOCAL_RANK where CUDA is)")
     p.add_argument(
         "--num-classes", type=int, default=81, help="ours; torchvision's gets num_classes + 10 (91)"
     )
     p.add_argument("--output", help="JSON report (zoo.bench/v1)")
     p.add_argument("--smoke", action="store_true", help="batch 2, 1 warm-up, 2 iterations")
-    a = p.parse_args(argv)
+    a = parse_cli(p, argv)
     if a.smoke:
         a.batch_size, a.warmup, a.iters = 2, 1, 2
     return a
@@ -58,18 +70,9 @@ def synthetic_batch(batch: int, num_classes: int, device, seed: int = 0):
     return images01.to(device), boxes.to(device), labels.to(device)
 
 
-def autocast(device, precision):
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-
-
 def wrap_ddp(model, device, world):
-    if world == 1:
-        return model
-    from torch.nn.parallel import DistributedDataParallel
-
-    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    """DistributedDataParallel (zoo.torch's) when several processes run, else the model itself."""
+    return distributed_model(model, device) if world > 1 else model
 
 
 def ours_steps(a, device, world):
@@ -89,13 +92,13 @@ def ours_steps(a, device, world):
     opt = torch.optim.SGD(
         model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-4, fused=device.type == "cuda"
     )
-    scaler = torch.amp.GradScaler(device.type, enabled=a.precision == "fp16")
+    scaler = grad_scaler(device, a.amp)
 
     def train_step():
         model.train()
         with torch.no_grad():
             loc_t, cls_t = match(boxes, labels, dboxes)
-        with autocast(device, a.precision):
+        with autocast(device, a.amp):
             loc, logits = fwd_train(images)
         loss = criterion(loc, logits, loc_t, cls_t)
         opt.zero_grad(set_to_none=True)
@@ -106,7 +109,7 @@ def ours_steps(a, device, world):
     @torch.no_grad()
     def infer_step():
         model.eval()
-        with autocast(device, a.precision):
+        with autocast(device, a.amp):
             loc, logits = fwd_eval(images)
         postprocess(loc, logits, dboxes)
 
@@ -129,11 +132,11 @@ def torchvision_steps(a, device, world):
     opt = torch.optim.SGD(
         model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-4, fused=device.type == "cuda"
     )
-    scaler = torch.amp.GradScaler(device.type, enabled=a.precision == "fp16")
+    scaler = grad_scaler(device, a.amp)
 
     def train_step():
         model.train()
-        with autocast(device, a.precision):
+        with autocast(device, a.amp):
             losses = fwd_train(image_list, targets)
         loss = sum(losses.values())
         opt.zero_grad(set_to_none=True)
@@ -144,30 +147,18 @@ def torchvision_steps(a, device, world):
     @torch.no_grad()
     def infer_step():
         model.eval()
-        with autocast(device, a.precision):
+        with autocast(device, a.amp):
             fwd_eval(image_list)
 
     return train_step, infer_step
 
 
 def run(a) -> list[dict]:
-    from zoo.bench import time_loop
-    from zoo.dist import get_dist_env
+    from zoo.bench import measure
 
-    env = get_dist_env()
+    env, device = init_distributed(a.device)
     world = env.world_size
-    device = torch.device(a.device)
-    if world > 1:
-        import torch.distributed as dist
-
-        os.environ.setdefault("MASTER_ADDR", env.master_addr)
-        os.environ.setdefault("MASTER_PORT", str(env.master_port))
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=env.rank, world_size=world)
-    if device.type == "cuda":
-        device = torch.device("cuda", env.local_rank)
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    fast_math(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     modes = ("train", "inference") if a.mode == "both" else (a.mode,)
     builders = {"ours": ours_steps, "torchvision": torchvision_steps}
@@ -182,7 +173,10 @@ def run(a) -> list[dict]:
             if mode == "inference" and world > 1:
                 continue  # inference is per GPU; measure it with one process
             fn = train_step if mode == "train" else infer_step
-            s = time_loop(fn, items_per_call=a.batch_size, warmup=a.warmup, iters=a.iters, sync=sync)
+            # per_call: a step's latency as well (synchronised around every step)
+            s = measure(
+                fn, items_per_call=a.batch_size, warmup=a.warmup, iters=a.iters, sync=sync, per_call=True
+            )
             s["throughput"] *= world  # global images/s (every rank runs the same step in lock-step)
             results.append(
                 {
@@ -190,7 +184,7 @@ def run(a) -> list[dict]:
                     "mode": mode,
                     "batch_size": a.batch_size,
                     "world_size": world,
-                    "precision": a.precision,
+                    "amp": a.amp,
                     "channels_last": a.channels_last,
                     "compile": a.compile,
                     **s,
@@ -213,10 +207,7 @@ def run(a) -> list[dict]:
                     r["speedup_vs_torchvision"] = ratio
             if env.rank == 0:
                 print(f"{mode}: ours / torchvision ssd300_vgg16 = {ratio:.2f}x", file=sys.stderr)
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+    close_distributed()
     return results if env.rank == 0 else []
 
 
@@ -226,7 +217,8 @@ def main(argv=None) -> None:
     if a.output and results:
         from zoo.bench import write_report
 
-        device_name = torch.cuda.get_device_name() if a.device.startswith("cuda") else platform.processor()
+        on_gpu = torch.cuda.is_available() and (a.device or "cuda").startswith("cuda")
+        device_name = torch.cuda.get_device_name() if on_gpu else platform.processor()
         write_report(a.output, results, device=device_name or "cpu", torch=torch.__version__)
         print(f"wrote {a.output}", file=sys.stderr)
 

@@ -64,15 +64,19 @@ def draw(image, det: Detections, names: dict[int, str], threshold: float):
 
 
 def main(argv=None) -> None:
+    from zoo.cli import parse_args
+
     from ssd.evaluate import load_model
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ssd.detect", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("images", nargs="+", help="image files (JPEG, PNG, ...)")
     p.add_argument("--checkpoint", required=True, help="model.pt or checkpoint.pt from ssd.train")
     p.add_argument("--output", default="detections", help="folder for <image name>.png")
     p.add_argument("--threshold", type=float, default=0.4, help="draw boxes scoring at least this")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    a = p.parse_args(argv)
+    a = parse_args(p, argv)
     model, category_ids = load_model(a.checkpoint, a.device)
     state_names = torch.load(a.checkpoint, map_location="cpu", weights_only=False).get("category_names", {})
     names = {i + 1: state_names.get(cid, str(cid)) for i, cid in enumerate(category_ids)}

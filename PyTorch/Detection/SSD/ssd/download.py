@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import sys
 import zipfile
@@ -124,8 +125,18 @@ def prepare_coco(
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", required=True, help="where train2017/, val2017/, annotations/ go")
+    from zoo.cli import parse_args
+
+    p = argparse.ArgumentParser(
+        prog="python -m ssd.download",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get("DATA_DIR"),
+        help="where train2017/, val2017/, annotations/ go ($DATA_DIR)",
+    )
     p.add_argument("--splits", default="train,val", help="comma list of train, val (annotations always)")
     p.add_argument("--base-url", default=BASE_URL, help="mirror of images.cocodataset.org")
     p.add_argument("--delete-zips", action="store_true", help="remove each archive once extracted")
@@ -135,7 +146,9 @@ def main(argv=None) -> None:
         help="write the generated shapes set (train2017/val2017 layout) instead of COCO",
     )
     p.add_argument("--synthetic-images", type=int, default=256, help="training images of the shapes set")
-    a = p.parse_args(argv)
+    a = parse_args(p, argv)
+    if not a.data_dir:
+        raise SystemExit("error: give --data-dir (or set DATA_DIR): the folder COCO goes into")
     if a.synthetic:
         from ssd.shapes import make_shapes_coco
 

@@ -11,11 +11,13 @@ import contextlib
 import io
 import json
 import multiprocessing
+import os
 import sys
 import time
 from pathlib import Path
 
 import torch
+from zoo.torch import autocast
 
 from ssd.boxes import default_boxes, postprocess
 
@@ -23,8 +25,20 @@ STAT_NAMES = ("mAP", "AP50", "AP75", "AP_small", "AP_medium", "AP_large")
 
 
 @torch.no_grad()
-def detect_dataset(model, loader, category_ids, *, device, amp: str = "fp32", max_steps: int | None = None):
-    """Run the model over a loader; return COCO result dicts (bbox in original pixels, xywh)."""
+def detect_dataset(
+    model,
+    loader,
+    category_ids,
+    *,
+    device,
+    amp: str = "fp32",
+    max_steps: int | None = None,
+    progress=None,
+):
+    """Run the model over a loader; return COCO result dicts (bbox in original pixels, xywh).
+
+    ``progress``: a ``zoo.log.MetricsLogger`` whose bar shows batches done/total and images/s.
+    """
     model.eval()
     dboxes = default_boxes().to(device)
     results = []
@@ -49,14 +63,9 @@ def detect_dataset(model, loader, category_ids, *, device, amp: str = "fp32", ma
                         "score": round(float(score), 5),
                     }
                 )
+        if progress is not None:
+            progress.progress(step + 1, len(batch.image_ids))
     return results
-
-
-def autocast(device, amp: str):
-    if amp == "fp32":
-        return contextlib.nullcontext()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
-    return torch.autocast(torch.device(device).type, dtype=dtype)
 
 
 def coco_map(
@@ -134,20 +143,31 @@ def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, list[int]]:
 
 
 def main(argv=None) -> None:
+    from zoo.cli import AMP_CHOICES, parse_args
+    from zoo.log import MetricsLogger
+
     from ssd.data import build_loader
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ssd.evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--checkpoint", required=True, help="checkpoint.pt or model.pt from ssd.train")
     p.add_argument(
-        "--data-dir", required=True, help="COCO root with <split>/ and annotations/instances_<split>.json"
+        "--data-dir",
+        default=os.environ.get("DATA_DIR"),
+        help="COCO root with <split>/ and annotations/instances_<split>.json ($DATA_DIR)",
     )
     p.add_argument("--split", default="val2017")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--amp", choices=("bf16", "fp16", "fp32"), default="fp32")
+    p.add_argument("--amp", choices=AMP_CHOICES, default="fp32", help="mixed precision (fp32: no autocast)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--results-json", help="also write the detections (COCO result format) here")
-    a = p.parse_args(argv)
+    a = parse_args(p, argv)
+    if not a.data_dir:
+        raise SystemExit("error: give --data-dir (or set DATA_DIR): the COCO root to score on")
     data = Path(a.data_dir)
     ann = data / "annotations" / f"instances_{a.split}.json"
     model, category_ids = load_model(a.checkpoint, a.device)
@@ -157,7 +177,8 @@ def main(argv=None) -> None:
             f"checkpoint has {len(category_ids)} classes, {ann} has {len(loader.dataset.category_ids)}"
         )
     t = time.time()
-    results = detect_dataset(model, loader, category_ids, device=a.device, amp=a.amp)
+    with MetricsLogger(total_steps=len(loader), desc=f"detect {a.split}") as progress:
+        results = detect_dataset(model, loader, category_ids, device=a.device, amp=a.amp, progress=progress)
     seconds = time.time() - t
     if a.results_json:
         Path(a.results_json).write_text(json.dumps(results))

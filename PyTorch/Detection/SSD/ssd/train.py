@@ -1,32 +1,37 @@
 """Train SSD300 v1.1 on COCO (or any COCO-format set): mixed precision, torchrun DDP, exact resume.
 
     torchrun --nproc_per_node 8 -m ssd.train --recipe configs/ssd300_coco_65ep.yaml --data-dir /data/coco
-    python -m ssd.train --recipe configs/smoke.yaml --synthetic --steps 5
+    python -m ssd.train --recipe configs/shapes_smoke.yaml --synthetic --steps 5
 
 Targets are encoded against the default boxes on the device, once per batch. A checkpoint is
-written at the end of every epoch (write-then-rename); ``--resume`` continues it exactly (model,
+written at the end of every epoch (write-then-rename); ``--resume auto`` continues it exactly (model,
 optimizer, scaler, schedule, epoch, RNG states).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
-import os
-import random
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
+import zoo.cli
 from zoo.rng import rng_state, set_rng_state
+from zoo.torch import (
+    autocast,
+    close_distributed,
+    distributed_model,
+    grad_scaler,
+    init_distributed,
+    parameter_groups,
+    seed_everything,
+)
 
 from ssd.boxes import default_boxes, match
 from ssd.data import DaliLoader, SyntheticLoader, build_loader
-from ssd.evaluate import AsyncScorer, autocast, coco_map, detect_dataset
+from ssd.evaluate import AsyncScorer, coco_map, detect_dataset
 from ssd.loss import SSDLoss
 from ssd.model import SSD300, load_backbone_state
 
@@ -35,29 +40,37 @@ MODEL_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_REGISTRY = MODEL_DIR / "checkpoints.yaml"
 
 
+DEFAULT_RECIPE = MODEL_DIR / "configs" / "ssd300_coco_65ep.yaml"
+# Flags that set a recipe key when given (``--amp`` sets ``amp`` through zoo.cli).
+FLAG_TO_RECIPE = {
+    "epochs": "epochs",
+    "batch_size": "batch_size",
+    "workers": "data.workers",
+    "data_backend": "data.backend",
+    "target_map": "eval.target_map",
+}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
-        "--recipe", default=str(MODEL_DIR / "configs" / "ssd300_coco_65ep.yaml"), help="recipe YAML"
+    """The training flags (zoo.cli's shared ones, then SSD's); old spellings end in a one-line error."""
+    p = argparse.ArgumentParser(
+        prog="python -m ssd.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument(
-        "--set", nargs="*", default=[], metavar="KEY=VALUE", help="recipe overrides, e.g. epochs=10"
+    zoo.cli.add_run_args(
+        p,
+        default_recipe=DEFAULT_RECIPE,
+        data_help="COCO root: <split>/ images and annotations/instances_<split>.json ($DATA_DIR)",
     )
-    p.add_argument("--data-dir", help="COCO root: <split>/ images and annotations/instances_<split>.json")
+    zoo.cli.add_target_arg(p, "map", unit="COCO AP@[.5:.95] as a fraction", example=0.23)
     p.add_argument("--train-split", default="train2017")
     p.add_argument("--val-split", default="val2017")
     p.add_argument("--synthetic", action="store_true", help="random images and boxes (no data needed)")
     p.add_argument("--data-backend", choices=("pytorch", "dali-gpu", "dali-cpu"), help="default: recipe's")
-    p.add_argument("--results-dir", default="results", help="checkpoints, model.pt and metrics.jsonl go here")
-    p.add_argument(
-        "--resume", action="store_true", help="continue from <results-dir>/checkpoint.pt if it exists"
-    )
     p.add_argument("--epochs", type=int, help="total epochs (recipe: epochs)")
     p.add_argument("--stop-epoch", type=int, help="stop after this epoch (the schedule still spans --epochs)")
     p.add_argument("--steps", type=int, help="at most this many steps per epoch (smoke runs)")
     p.add_argument("--batch-size", type=int, help="per-process batch (recipe: batch_size)")
-    p.add_argument("--amp", choices=("bf16", "fp16", "fp32"), help="precision (recipe: precision)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda / cpu (default: cuda:LOCAL_RANK where CUDA is)")
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format (faster on tensor cores)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--backbone", help="ResNet-50 weights for the trunk: a registry name or a file path")
@@ -70,57 +83,42 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--async-eval", action="store_true", help="score in a background process while training goes on"
     )
-    p.add_argument(
-        "--target-map", type=float, help="stop once mAP@[.5:.95] reaches this (recipe: eval.target_map)"
-    )
     p.add_argument("--workers", type=int, help="data loader workers per process (recipe: data.workers)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=20)
-    return p.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    reject_resume_switch(argv)
+    return zoo.cli.parse_args(p, argv)
+
+
+def reject_resume_switch(argv: list[str]) -> None:
+    """``--resume`` was a switch here; alone it now ends in one line naming the new spelling."""
+    for i, item in enumerate(argv):
+        if item == "--resume" and (i + 1 == len(argv) or argv[i + 1].startswith("-")):
+            raise SystemExit("error: --resume takes a value now: use --resume auto (or PATH, or none)")
 
 
 def load_config(a: argparse.Namespace) -> dict:
-    from zoo.recipe import load_recipe, parse_overrides
+    """The recipe with --set items and the flags of FLAG_TO_RECIPE (and --amp, --eval-epochs) applied."""
+    from zoo.recipe import load_recipe
 
-    if not Path(a.recipe).is_file():
-        raise SystemExit(f"recipe {a.recipe} does not exist")
-    r = load_recipe(a.recipe, parse_overrides(a.set))
-    for flag, key in (("epochs", "epochs"), ("batch_size", "batch_size"), ("amp", "precision")):
-        if getattr(a, flag) is not None:
-            r[key] = getattr(a, flag)
-    if a.workers is not None:
-        r["data"]["workers"] = a.workers
-    if a.data_backend:
-        r["data"]["backend"] = a.data_backend
+    # Read first without the strict key check, which would call the old key only "unknown".
+    if "precision" in load_recipe(a.recipe):
+        raise SystemExit(f"error: {a.recipe}: recipe key precision was renamed: use amp")
+    r = zoo.cli.recipe_from_args(a, FLAG_TO_RECIPE)
     if a.eval_epochs is not None:
         r["eval"]["epochs"] = [int(e) for e in a.eval_epochs.split(",") if e]
-    if a.target_map is not None:
-        r["eval"]["target_map"] = a.target_map
     return r
 
 
-def setup_distributed(device: str):
-    """Process group from torchrun / SLURM / MPI variables (zoo.dist); returns (rank, world, device)."""
-    from zoo.dist import get_dist_env
-
-    env = get_dist_env()
-    if env.world_size > 1:
-        os.environ.setdefault("MASTER_ADDR", env.master_addr)
-        os.environ.setdefault("MASTER_PORT", str(env.master_port))
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        dist.init_process_group(
-            backend, rank=env.rank, world_size=env.world_size, timeout=datetime.timedelta(minutes=30)
-        )
-    if device.startswith("cuda"):
-        torch.cuda.set_device(env.local_rank)
-        device = f"cuda:{env.local_rank}"
-    return env.rank, env.world_size, torch.device(device)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+def data_root(a: argparse.Namespace) -> Path:
+    """``--data-dir`` as a Path; a one-line SystemExit where it is missing or not a folder."""
+    if not a.data_dir:
+        raise SystemExit("error: give --data-dir (a COCO-format folder; or set DATA_DIR) or --synthetic")
+    root = Path(a.data_dir)
+    if not root.is_dir():
+        raise SystemExit(f"data dir {root} does not exist")
+    return root
 
 
 def build_loaders(a, r, rank, world, device):
@@ -136,11 +134,7 @@ def build_loaders(a, r, rank, world, device):
             {},
             81,
         )
-    if not a.data_dir:
-        raise SystemExit("give --data-dir (a COCO-format folder) or --synthetic")
-    root = Path(a.data_dir)
-    if not root.is_dir():
-        raise SystemExit(f"data dir {root} does not exist")
+    root = data_root(a)
     paths = {
         s: (root / s, root / "annotations" / f"instances_{s}.json") for s in (a.train_split, a.val_split)
     }
@@ -251,12 +245,68 @@ def save_checkpoint(path: Path, **state) -> None:
         torch.save(state, tmp)
 
 
+def mlperf_log_path(results_dir: Path, start_epoch: int) -> Path:
+    """The MLPerf log of a run: ``mlperf.log`` for a run from epoch 0 (replaced: one run per file, as
+    the checker wants), ``mlperf_from_epoch<N>.log`` for a run resumed after epoch N."""
+    return results_dir / ("mlperf.log" if start_epoch == 0 else f"mlperf_from_epoch{start_epoch}.log")
+
+
+def log_mlperf_hyperparameters(mlperf, r: dict, lr: float, world: int) -> None:
+    """The SSD keys of the MLPerf rules (training 1.0.0) with this recipe's values."""
+    o, s = r["optimizer"], r["schedule"]
+    values = {
+        "opt_name": "sgd",
+        "opt_base_learning_rate": lr,
+        "opt_momentum": o["momentum"],
+        "opt_weight_decay": o["weight_decay"],
+        # Linear warm-up from 0, as the reference's with warmup factor 0 (ours starts one step in).
+        "opt_learning_rate_warmup_factor": 0,
+        "opt_learning_rate_decay_boundary_epochs": list(s.get("milestones", [])),
+        "opt_learning_rate_decay_factor": s.get("gamma", 0.1),
+        "model_bn_span": r["batch_size"],  # BatchNorm statistics are per process
+    }
+    if s.get("warmup_steps", 0):
+        values["opt_learning_rate_warmup_steps"] = s["warmup_steps"]
+    if r["data"].get("augment", True):
+        # Tries of the IoU-constrained crop: torchvision's RandomIoUCrop 40, DALI's random_bbox_crop 50.
+        values["max_samples"] = 50 if r["data"].get("backend", "pytorch").startswith("dali") else 40
+    mlperf.global_batch_size(r["batch_size"] * world)
+    mlperf.gradient_accumulation_steps(1)
+    mlperf.hyperparameters(**values)
+
+
 def train(a: argparse.Namespace) -> dict:
-    from zoo.log import MetricsLogger
+    """Train as ``a`` says; returns {"epochs", "losses", "maps" (epoch -> mAP), "model"}.
+
+    RESULTS_DIR gets checkpoint.pt, model.pt, metrics.jsonl (+ tensorboard/) and the MLPerf log
+    (:func:`mlperf_log_path`, benchmark "ssd"; ``python -m zoo.mlperf`` checks it).
+    """
+    from zoo.mlperf import MLPerfLogger
 
     r = load_config(a)
-    rank, world, device = setup_distributed(a.device)
-    primary = rank == 0
+    results_dir = Path(a.results_dir)
+    resume_from = zoo.cli.resolve_resume(a.resume, results_dir / "checkpoint.pt")
+    if not a.synthetic:
+        data_root(a)  # before the MLPerf log is opened: a mistyped path leaves no results folder behind
+    env, device = init_distributed(a.device)
+    state = torch.load(resume_from, map_location="cpu", weights_only=False) if resume_from else None
+    if state is not None and env.is_primary:
+        print(f"resuming from {resume_from} at epoch {state['epoch']}", file=sys.stderr)
+    mlperf_path = mlperf_log_path(results_dir, state["epoch"] if state else 0)
+    if env.is_primary:
+        mlperf_path.unlink(missing_ok=True)
+    with MLPerfLogger(mlperf_path, "ssd", enabled=env.is_primary) as mlperf:
+        mlperf.cache_clear(False)  # the page cache is not dropped before a run
+        mlperf.init_start()
+        mlperf.seed(a.seed)
+        return train_run(a, r, env, device, state, mlperf)
+
+
+def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, mlperf) -> dict:
+    """The run itself, inside ``mlperf``'s init_start ... run_stop; ``state`` a checkpoint to continue."""
+    from zoo.log import MetricsLogger
+
+    rank, world, primary = env.rank, env.world_size, env.is_primary
     seed_everything(a.seed)
     train_loader, val_loader, category_ids, category_names, num_classes = build_loaders(
         a, r, rank, world, device
@@ -273,44 +323,36 @@ def train(a: argparse.Namespace) -> dict:
         model = model.to(memory_format=torch.channels_last)
     o = r["optimizer"]
     lr = o["base_lr"] * r["batch_size"] * world / o.get("base_batch", 32)
-    decay, no_decay = [], []
-    for p in model.parameters():
-        (no_decay if p.ndim <= 1 else decay).append(p)  # no weight decay on BN and bias
-    optimizer = torch.optim.SGD(
-        [{"params": decay, "weight_decay": o["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=lr,
-        momentum=o["momentum"],
-    )
+    optimizer = torch.optim.SGD(parameter_groups(model, o["weight_decay"]), lr=lr, momentum=o["momentum"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(r, steps_per_epoch))
-    amp = r.get("precision", "bf16")
-    scaler = torch.amp.GradScaler(device.type, enabled=amp == "fp16")
+    amp = r.get("amp", "bf16")
+    scaler = grad_scaler(device, amp)
     criterion = SSDLoss(r.get("neg_pos_ratio", 3))
     dboxes = default_boxes().to(device)
 
     results_dir = Path(a.results_dir)
     ckpt_path = results_dir / "checkpoint.pt"
     start_epoch = 0
-    if a.resume and ckpt_path.is_file():
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
         set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
         start_epoch = state["epoch"]
-        if primary:
-            print(f"resumed from {ckpt_path} at epoch {start_epoch}", file=sys.stderr)
 
-    ddp = (
-        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        if world > 1
-        else model
-    )
+    # Rank 0's BatchNorm statistics reach every rank each step, so every evaluation shard is scored
+    # with (nearly) the weights and statistics the checkpoint holds.
+    ddp = distributed_model(model, device, broadcast_buffers=True) if world > 1 else model
     step_model = torch.compile(ddp) if a.compile else ddp
     if primary:
         results_dir.mkdir(parents=True, exist_ok=True)
     epochs = r["epochs"]
     stop = min(epochs, a.stop_epoch) if a.stop_epoch else epochs
+    samples_per_epoch = steps_per_epoch * r["batch_size"] * world
+    log_mlperf_hyperparameters(mlperf, r, lr, world)
+    mlperf.train_samples(samples_per_epoch)
+    mlperf.eval_samples(len(val_loader.dataset) if val_loader is not None else 0)
     log = MetricsLogger(
         str(results_dir / "metrics.jsonl") if primary else None,
         enabled=primary,
@@ -326,13 +368,16 @@ def train(a: argparse.Namespace) -> dict:
     def record_map(epoch: int, stats: dict) -> bool:
         summary["maps"][epoch] = stats["mAP"]
         log.log(step, stats, phase="eval")
-        log.event("eval_accuracy", stats["mAP"], {"epoch_num": epoch})
+        mlperf.eval_accuracy(stats["mAP"], epoch)
         return target is not None and stats["mAP"] >= target
 
+    mlperf.init_stop()
+    mlperf.run_start()
     reached = False
     for epoch in range(start_epoch, stop):
         if getattr(train_loader, "sampler", None) is not None and hasattr(train_loader.sampler, "set_epoch"):
             train_loader.sampler.set_epoch(epoch)
+        mlperf.epoch_start(epoch + 1, samples=epoch * samples_per_epoch)
         step_model.train()
         t0 = time.time()
         for i, batch in enumerate(train_loader):
@@ -357,6 +402,7 @@ def train(a: argparse.Namespace) -> dict:
                 log.progress(step, images.shape[0] * world, {"loss": value, "lr": scheduler.get_last_lr()[0]})
                 log.log(step, {"loss": value, "epoch": epoch + 1})
         seconds = time.time() - t0
+        mlperf.epoch_stop(epoch + 1, samples=(epoch + 1) * samples_per_epoch)
         if primary:
             log.log(
                 step,
@@ -379,15 +425,24 @@ def train(a: argparse.Namespace) -> dict:
                     category_ids=category_ids,
                 )
         if val_loader is not None and (epoch + 1) in eval_epochs:
+            mlperf.eval_start(epoch + 1)
             if r["eval"].get("precise_bn_batches"):
                 precise_batchnorm(model, train_loader, r["eval"]["precise_bn_batches"], device, amp)
-            results = detect_dataset(model, val_loader, category_ids, device=device, amp=amp)
+            with MetricsLogger(
+                enabled=primary, total_steps=len(val_loader), desc=f"eval epoch {epoch + 1}"
+            ) as eval_progress:
+                results = detect_dataset(
+                    model, val_loader, category_ids, device=device, amp=amp, progress=eval_progress
+                )
             results = gather_results(results, world)
             ann = val_loader.dataset.annotation_file
             if primary and scorer is not None:
                 scorer.submit(epoch + 1, ann, results)
+                mlperf.eval_stop(epoch + 1)  # detections done; the score is logged when it arrives
             elif primary:
-                reached = record_map(epoch + 1, coco_map(ann, results))
+                stats = coco_map(ann, results)
+                mlperf.eval_stop(epoch + 1)
+                reached = record_map(epoch + 1, stats)
         if scorer is not None:
             for e, stats in scorer.done():
                 reached = record_map(e, stats) or reached
@@ -398,8 +453,9 @@ def train(a: argparse.Namespace) -> dict:
             break
     if scorer is not None:
         for e, stats in scorer.done(wait=True):
-            record_map(e, stats)
+            reached = record_map(e, stats) or reached
         scorer.close()
+    mlperf.run_stop("success" if reached else "aborted")
     if primary:
         save_checkpoint(
             results_dir / "model.pt",
@@ -409,9 +465,7 @@ def train(a: argparse.Namespace) -> dict:
             num_classes=num_classes,
         )
     log.close()
-    if world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
+    close_distributed()
     return summary
 
 

@@ -10,7 +10,7 @@ from ssd.detect import main as detect_main
 from ssd.evaluate import coco_map
 from ssd.evaluate import main as evaluate_main
 from ssd.shapes import make_shapes_coco
-from ssd.train import main, parse_args, train
+from ssd.train import load_config, main, parse_args, train
 
 from .conftest import MODEL_DIR
 
@@ -83,7 +83,10 @@ def test_short_run_loss_falls_and_map_beats_random_boxes(tmp_path, capsys):
             "8",
         ]
     )
-    stats = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    stats = json.loads(captured.out.strip().splitlines()[-1])
+    # Evaluation draws its progress: batches done of total (one batch of 8 images here).
+    assert "detect train" in captured.err and "1/1" in captured.err
     assert stats["mAP"] == pytest.approx(summary["maps"][12], abs=0.02)
     # The trained model draws its detections into a PNG of the input's size.
     detect_main(
@@ -99,6 +102,104 @@ def test_short_run_loss_falls_and_map_beats_random_boxes(tmp_path, capsys):
     )
     with Image.open(tmp_path / "png" / "000001.png") as im:
         assert im.size == (96, 96)
+
+
+def mlperf_records(path):
+    import json
+
+    return [
+        json.loads(line.split(":::MLLOG ", 1)[1])
+        for line in path.read_text().splitlines()
+        if ":::MLLOG" in line
+    ]
+
+
+def test_mlperf_log_passes_the_compliance_checker_and_tensorboard_gets_scalars(tmp_path):
+    from zoo.mlperf import RULESETS, MLPerfComplianceError, check_log
+
+    make_shapes_coco(tmp_path / "shapes", images=4, size=64, max_objects=2, seed=1)
+    out = tmp_path / "out"
+    argv = [
+        "--recipe",
+        SMOKE,
+        "--data-dir",
+        str(tmp_path / "shapes"),
+        "--train-split",
+        "train",
+        "--val-split",
+        "train",
+        "--results-dir",
+        str(out),
+        "--set",
+        "epochs=2",
+        "--set",
+        "batch_size=2",
+        "--steps",
+        "1",
+        "--eval-epochs",
+        "1,2",
+        "--set",
+        "eval.precise_bn_batches=0",
+    ]
+    summary = train(parse_args(argv))
+    log = out / "mlperf.log"
+    check_log(log, "ssd")  # raises MLPerfComplianceError if the checker rejects the log
+    assert RULESETS["ssd"] == "1.0.0"  # the ruleset the README names
+    records = mlperf_records(log)
+    keys = [r["key"] for r in records]
+    assert keys[0] == "submission_benchmark" and records[0]["value"] == "ssd"
+    order = ["init_start", "init_stop", "run_start", "epoch_start", "epoch_stop", "eval_start", "eval_stop"]
+    assert [keys.index(k) for k in order] == sorted(keys.index(k) for k in order), keys
+    assert keys[-1] == "run_stop" and records[-1]["metadata"]["status"] == "aborted"  # no target set
+    accuracy = [r for r in records if r["key"] == "eval_accuracy"]
+    assert [(r["metadata"]["epoch_num"], r["value"]) for r in accuracy] == sorted(summary["maps"].items())
+    by_key = {r["key"]: r["value"] for r in records}
+    assert by_key["global_batch_size"] == 2 and by_key["train_samples"] == 2 and by_key["eval_samples"] == 4
+    assert by_key["opt_learning_rate_decay_boundary_epochs"] == [] and by_key["seed"] == 0
+    assert keys.count("epoch_start") == 2 and keys.count("eval_accuracy") == 2
+    # The checker does reject a log without the quality metric.
+    cut = tmp_path / "no_accuracy.log"
+    cut.write_text("".join(line for line in log.read_text().splitlines(True) if "eval_accuracy" not in line))
+    with pytest.raises(MLPerfComplianceError):
+        check_log(cut, "ssd")
+    # The metrics logger's TensorBoard scalars sit beside metrics.jsonl.
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    # A resumed run writes its own log (one run per file), which passes the checker too.
+    first_log = log.read_text()
+    train(parse_args([*argv, "--set", "epochs=3", "--eval-epochs", "3", "--resume", "auto"]))
+    assert log.read_text() == first_log
+    check_log(out / "mlperf_from_epoch2.log", "ssd")
+
+
+def test_mlperf_log_reports_success_once_the_target_is_reached(tmp_path):
+    make_shapes_coco(tmp_path / "shapes", images=4, size=64, max_objects=2, seed=1)
+    out = tmp_path / "out"
+    argv = [
+        "--recipe",
+        SMOKE,
+        "--data-dir",
+        str(tmp_path / "shapes"),
+        "--train-split",
+        "train",
+        "--val-split",
+        "train",
+        "--results-dir",
+        str(out),
+        "--set",
+        "batch_size=2",
+        "--steps",
+        "1",
+        "--epochs",
+        "3",
+        "--eval-epochs",
+        "1,2,3",
+        "--target-map",
+        "0.0",
+    ]
+    summary = train(parse_args(argv))
+    assert summary["epochs"] == 1  # stopped at the first evaluation: any mAP reaches 0.0
+    records = mlperf_records(out / "mlperf.log")
+    assert records[-1]["key"] == "run_stop" and records[-1]["metadata"]["status"] == "success"
 
 
 def test_async_scorer_scores_in_a_background_process(tmp_path):
@@ -146,11 +247,59 @@ def test_resume_equals_unbroken_run(tmp_path):
     unbroken = train(parse_args(synthetic_args(tmp_path / "a")))["model"].state_dict()
     first = train(parse_args(synthetic_args(tmp_path / "b", "--stop-epoch", "1")))
     assert first["epochs"] == 1
-    resumed = train(parse_args(synthetic_args(tmp_path / "b", "--resume")))
+    with pytest.raises(SystemExit, match="--resume auto"):  # never overwrites a run by default
+        train(parse_args(synthetic_args(tmp_path / "b")))
+    resumed = train(parse_args(synthetic_args(tmp_path / "b", "--resume", "auto")))
     assert resumed["epochs"] == 2
     state = resumed["model"].state_dict()
     for k, v in unbroken.items():
         torch.testing.assert_close(state[k], v, rtol=0, atol=0, msg=k)
+
+
+def test_set_is_repeatable_and_flags_override_the_recipe():
+    args = parse_args(["--recipe", SMOKE, "--set", "epochs=1", "--set", "batch_size=2", "--amp", "fp32"])
+    recipe = load_config(args)
+    assert (recipe["epochs"], recipe["batch_size"], recipe["amp"]) == (1, 2, "fp32")
+    recipe = load_config(
+        parse_args(["--recipe", SMOKE, "--set", "optimizer.base_lr=0.5", "--target-map", "0.23"])
+    )
+    assert recipe["optimizer"]["base_lr"] == 0.5 and recipe["eval"]["target_map"] == 0.23
+    assert recipe["epochs"] == 12 and recipe["amp"] == "bf16"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
+        (["--precision", "fp16"], "error: --precision was renamed: use --amp"),
+        (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
+        (["--no-resume"], "error: --no-resume was renamed: use --resume none"),
+        (["--resume"], "error: --resume takes a value now: use --resume auto"),
+        (["--resume", "--synthetic"], "error: --resume takes a value now: use --resume auto"),
+    ],
+)
+def test_old_spellings_end_in_one_line(argv, message):
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv)
+    assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_recipe_with_the_old_precision_key_is_a_one_line_error(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text(f"base: {SMOKE}\nprecision: fp16\n")
+    with pytest.raises(SystemExit, match="precision was renamed: use amp"):
+        load_config(parse_args(["--recipe", str(old)]))
+
+
+def test_resume_path_continues_that_checkpoint(tmp_path):
+    first = train(parse_args(synthetic_args(tmp_path / "a", "--stop-epoch", "1")))
+    assert first["epochs"] == 1
+    moved = tmp_path / "kept.pt"
+    (tmp_path / "a" / "checkpoint.pt").rename(moved)
+    resumed = train(parse_args(synthetic_args(tmp_path / "b", "--resume", str(moved))))
+    assert resumed["epochs"] == 2
+    with pytest.raises(SystemExit, match="no such checkpoint"):
+        train(parse_args(synthetic_args(tmp_path / "c", "--resume", str(tmp_path / "missing.pt"))))
 
 
 RANK_SCRIPT = """
@@ -241,7 +390,10 @@ def test_train_script_reports_bad_data_dir_in_one_line(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "PYTHON": sys.executable},  # the venv's interpreter, activated or not
+        cwd=tmp_path,
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1].endswith("does not exist")
     assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "results").exists()  # a failed start leaves no results folder behind
