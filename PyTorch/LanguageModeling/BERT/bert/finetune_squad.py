@@ -182,9 +182,11 @@ def train(model, features, recipe, args, env, device, log, end_of_epoch=None) ->
                 },
             )
         if end_of_epoch is not None and in_epoch == steps_per_epoch - 1:
+            scoring_began = time.perf_counter()
             if end_of_epoch(epoch + 1, step + 1):
                 return step + 1
             model.train()  # prediction left it in eval mode
+            started += time.perf_counter() - scoring_began  # scoring is not training time
     return total
 
 
