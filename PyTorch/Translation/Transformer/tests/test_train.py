@@ -1,0 +1,138 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformer.evaluate import score_bleu
+from transformer.train import main
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
+RECIPE = MODEL_DIR / "configs" / "numbers_cpu.yaml"
+
+
+def run(data, results, *extra):
+    args = [
+        "--recipe",
+        str(RECIPE),
+        "--data-dir",
+        str(data),
+        "--results-dir",
+        str(results),
+        "--device",
+        "cpu",
+    ]
+    return main(args + list(extra))
+
+
+def test_bleu_rises_far_above_the_copy_baseline(trained, numbers_data):
+    results, summary = trained
+    src = (numbers_data / "valid.en").read_text().splitlines()
+    refs = (numbers_data / "valid.de").read_text().splitlines()
+    copy_bleu, _ = score_bleu(src, refs)
+    assert copy_bleu < 2.0
+    assert summary["bleu"] > copy_bleu + 30.0, summary
+    assert "tok:13a" in summary["signature"] and "version:" in summary["signature"]
+    lines = [json.loads(line) for line in (results / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["metrics"]["loss"] for r in lines if r.get("phase") == "train"]
+    assert losses[-1] < losses[0] - 1.0
+    assert [r["metrics"]["bleu"] for r in lines if r.get("phase") == "val"][-1] == pytest.approx(
+        summary["bleu"]
+    )
+    assert list((results / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_mlperf_log_passes_once_bleu_reaches_25(trained):
+    from zoo.mlperf import check_log
+
+    results, summary = trained
+    assert summary["bleu"] >= 25.0
+    assert "SUCCESS" in check_log(results / "mlperf.log", "transformer")
+
+
+def test_a_tiny_run_fails_the_mlperf_check_only_on_the_bleu_target(small_data, tmp_path):
+    from zoo.mlperf import MLPerfComplianceError, check_log
+
+    summary = run(small_data, tmp_path, "--epochs", "1")
+    assert summary["bleu"] < 25.0
+    with pytest.raises(MLPerfComplianceError) as failure:
+        check_log(tmp_path / "mlperf.log", "transformer")
+    report = str(failure.value)
+    assert "0.7.0" in report.splitlines()[0]
+    complaints = [line for line in report.splitlines()[1:] if line.startswith(("WARNING", "ERROR"))]
+    assert complaints == [
+        "WARNING -  Failed checks for eval_accuracy : v['value'] >= 0.2500 and v['value'] < 1",
+        "ERROR - FAILED",
+    ], report
+
+
+def test_resume_equals_an_unbroken_run(small_data, tmp_path):
+    run(small_data, tmp_path / "unbroken", "--epochs", "2")
+    run(small_data, tmp_path / "broken", "--epochs", "1")
+    resumed = run(small_data, tmp_path / "broken", "--epochs", "2", "--resume", "auto")
+    assert resumed["step"] > 0
+    a = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=False)["model"]
+    b = torch.load(tmp_path / "broken" / "model.pt", weights_only=False)["model"]
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert (tmp_path / "broken" / "mlperf_resume1.log").is_file()
+
+
+def test_existing_checkpoint_needs_a_resume_choice(small_data, tmp_path):
+    run(small_data, tmp_path, "--epochs", "1", "--target-bleu", "0")
+    with pytest.raises(SystemExit, match="--resume auto"):
+        run(small_data, tmp_path, "--epochs", "1")
+
+
+def test_target_bleu_stops_the_run(small_data, tmp_path):
+    summary = run(small_data, tmp_path, "--epochs", "3", "--target-bleu", "0")
+    assert summary["status"] == "success"
+    log = (tmp_path / "mlperf.log").read_text()
+    assert log.count('"key": "epoch_start"') == 1
+    assert '"status": "success"' in log
+
+
+def test_two_process_torchrun(small_data, tmp_path):
+    env = dict(os.environ, PYTHONPATH=f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0"]
+    cmd += ["-m", "transformer.train", "--recipe", str(RECIPE), "--data-dir", str(small_data)]
+    cmd += ["--results-dir", str(tmp_path), "--device", "cpu", "--epochs", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "agree" in proc.stdout + proc.stderr
+    assert (tmp_path / "model.pt").is_file()
+
+
+def test_missing_vocabulary_is_a_one_line_error(small_data, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for shard in small_data.glob("train.*.npz"):
+        (data / shard.name).write_bytes(shard.read_bytes())
+    with pytest.raises(SystemExit, match="no vocabulary"):
+        run(data, tmp_path / "results")
+    assert not (tmp_path / "results" / "checkpoint.pt").exists()
+
+
+def test_mismatched_parallel_files_are_a_one_line_error(tmp_path):
+    from transformer.data import prepare
+
+    (tmp_path / "a.en").write_text("one\ntwo\n")
+    (tmp_path / "a.de").write_text("eins\n")
+    with pytest.raises(SystemExit, match="has 2 lines but .* has 1"):
+        prepare({"train": (tmp_path / "a.en", tmp_path / "a.de")}, tmp_path / "out", vocab_size=50)
+    assert not (tmp_path / "out" / "tokenizer.json").exists()
+
+
+def test_train_sh_reports_a_bad_flag_in_one_line():
+    proc = subprocess.run(
+        ["bash", str(MODEL_DIR / "scripts" / "train.sh"), "--config", "x.yaml"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHON=sys.executable),
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == ["error: --config was renamed: use --recipe"]

@@ -1,0 +1,205 @@
+"""Training tokens/s of our Transformer next to Hugging Face's MarianMTModel of the same dimensions,
+and beam-search translation sentences/s, measured with zoo.bench.measure; a JSON report.
+
+    python -m transformer.benchmark --recipe configs/transformer_big_wmt14.yaml --amp bf16
+    python -m transformer.benchmark --recipe configs/numbers_cpu.yaml --vocab-size 400 --batch-size 8 --seq-len 16
+
+Both training steps take the same random batch (B sentences of S source and S target tokens), the
+same Adam settings and the same autocast; ours is transformer.train.train_step on the recipe's model.
+The report lists each measurement and the ratio ours / Marian.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+import torch
+
+from transformer.model import BOS, EOS, PAD, build_model
+
+
+def random_batch(batch: int, length: int, vocab_size: int, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, vocab_size, (batch, length), generator=generator)
+    tgt = torch.randint(4, vocab_size, (batch, length), generator=generator)
+    src[:, -1] = EOS
+    tgt[:, -1] = EOS
+    tgt_in = torch.cat([torch.full((batch, 1), BOS), tgt[:, :-1]], dim=1)
+    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt}
+
+
+def marian_model(model_recipe: dict, vocab_size: int):
+    """MarianMTModel with our dimensions: shared embeddings, sinusoidal positions, ReLU, no biases on logits."""
+    from transformers import MarianConfig, MarianMTModel
+
+    from transformer.model import ModelConfig
+
+    cfg = ModelConfig.from_recipe(model_recipe, vocab_size)
+    config = MarianConfig(
+        vocab_size=vocab_size,
+        d_model=cfg.d_model,
+        encoder_layers=cfg.encoder_layers,
+        decoder_layers=cfg.decoder_layers,
+        encoder_attention_heads=cfg.heads,
+        decoder_attention_heads=cfg.heads,
+        encoder_ffn_dim=cfg.ffn,
+        decoder_ffn_dim=cfg.ffn,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation_function="relu",
+        max_position_embeddings=cfg.max_positions,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+        forced_eos_token_id=EOS,
+    )
+    return MarianMTModel(config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from zoo.cli import add_run_args
+
+    from transformer.train import DEFAULT_RECIPE
+
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer.benchmark", description=__doc__.splitlines()[0]
+    )
+    add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_dir=False, resume=False)
+    parser.add_argument("--vocab-size", type=int, default=33708, help="vocabulary size of the random batches")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per training batch")
+    parser.add_argument("--seq-len", type=int, default=64, help="source and target tokens per sentence")
+    parser.add_argument("--beam", type=int, default=4, help="beam size of the translation measurement")
+    parser.add_argument("--translate-batch", type=int, default=16, help="sentences per translation call")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--no-marian", action="store_true", help="skip the Hugging Face comparison")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda where available)")
+    parser.add_argument("--output", default=None, help="the JSON report (default RESULTS_DIR/benchmark.json)")
+    return parser
+
+
+def main(argv=None) -> dict:
+    from zoo.bench import measure, write_report
+    from zoo.cli import parse_args, recipe_from_args
+    from zoo.torch import autocast, fast_math, grad_scaler
+
+    from transformer.train import inverse_sqrt, train_step
+    from transformer.translate import translate_ids
+
+    args = parse_args(build_parser(), argv)
+    recipe = recipe_from_args(args)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    fast_math(device)
+    amp, opt = recipe["amp"], recipe["optimizer"]
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    batch = random_batch(args.batch_size, args.seq_len, args.vocab_size)
+    tokens = int((batch["tgt_out"] != PAD).sum())
+    adam = {"lr": opt["lr"], "betas": tuple(opt["betas"]), "eps": opt["eps"]}
+    results = []
+
+    torch.manual_seed(0)
+    ours = build_model(recipe["model"], args.vocab_size).to(device).train()
+    optimizer = torch.optim.Adam(ours.parameters(), **adam)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(opt["warmup_steps"]))
+    scaler = grad_scaler(device, amp)
+
+    def ours_step():
+        train_step(
+            ours,
+            [batch],
+            optimizer,
+            scheduler,
+            scaler,
+            device=device,
+            amp=amp,
+            smoothing=recipe["train"]["label_smoothing"],
+            clip_norm=0.0,
+        )
+
+    timing = measure(
+        ours_step,
+        items_per_call=tokens,
+        warmup=args.warmup,
+        iters=args.iters,
+        windows=args.windows,
+        sync=sync,
+    )
+    results.append({"name": "train_ours", "unit": "tokens/s", **timing})
+    print(f"training, ours:   {timing['throughput']:.1f} tokens/s")
+
+    if not args.no_marian:
+        marian = marian_model(recipe["model"], args.vocab_size).to(device).train()
+        marian_optimizer = torch.optim.Adam(marian.parameters(), **adam)
+        marian_scaler = grad_scaler(device, amp)
+        on_device = {k: v.to(device) for k, v in batch.items()}
+
+        def marian_step():
+            with autocast(device, amp):
+                out = marian(
+                    input_ids=on_device["src"],
+                    attention_mask=on_device["src"] != PAD,
+                    decoder_input_ids=on_device["tgt_in"],
+                    labels=on_device["tgt_out"],
+                )
+            marian_scaler.scale(out.loss).backward()
+            marian_scaler.step(marian_optimizer)
+            marian_scaler.update()
+            marian_optimizer.zero_grad(set_to_none=True)
+
+        timing = measure(
+            marian_step,
+            items_per_call=tokens,
+            warmup=args.warmup,
+            iters=args.iters,
+            windows=args.windows,
+            sync=sync,
+        )
+        results.append({"name": "train_marian", "unit": "tokens/s", **timing})
+        ratio = results[0]["throughput"] / timing["throughput"]
+        results.append({"name": "train_ratio_ours_over_marian", "unit": "x", "throughput": ratio})
+        print(f"training, Marian: {timing['throughput']:.1f} tokens/s (ours / Marian {ratio:.2f}x)")
+        del marian, marian_optimizer
+
+    ours.eval()
+    src = random_batch(args.translate_batch, args.seq_len, args.vocab_size, seed=1)["src"].to(device)
+
+    def translate():
+        with autocast(device, amp):
+            translate_ids(ours, src, beam=args.beam, max_length_a=1.0, max_length_b=0)
+
+    timing = measure(
+        translate,
+        items_per_call=args.translate_batch,
+        warmup=1,
+        iters=max(1, args.iters // 5),
+        windows=args.windows,
+        sync=sync,
+    )
+    results.append({"name": f"translate_beam{args.beam}_ours", "unit": "sentences/s", **timing})
+    print(
+        f"translation, beam {args.beam}: {timing['throughput']:.2f} sentences/s (up to {args.seq_len} tokens each)"
+    )
+    output = pathlib.Path(args.output) if args.output else pathlib.Path(args.results_dir) / "benchmark.json"
+    write_report(
+        output,
+        results,
+        model="transformer",
+        device=str(device),
+        amp=amp,
+        recipe=args.recipe,
+        model_recipe=recipe["model"],
+        batch_size=args.batch_size,
+        seq_len=args.seq_len,
+        vocab_size=args.vocab_size,
+        beam=args.beam,
+    )
+    print(f"report: {output}")
+    return {r["name"]: r for r in results}
+
+
+if __name__ == "__main__":
+    main()
