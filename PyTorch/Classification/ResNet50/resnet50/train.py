@@ -229,10 +229,6 @@ def train(args) -> dict:
     resume_path = zoo.cli.resolve_resume(args.resume, checkpoint_path)
     env, device = init_distributed(args.device)
     primary = env.rank == 0
-    mlperf_path = mlperf_log_path(results_dir, resume_path is not None) if primary else None
-    mlperf = MLPerfLogger(mlperf_path, MLPERF_BENCHMARK, enabled=primary)
-    mlperf.cache_clear(False)  # the page cache is left as it is
-    mlperf.init_start()
     if args.threads:
         torch.set_num_threads(args.threads)
     fast_math(device)
@@ -266,6 +262,12 @@ def train(args) -> dict:
     if cfg.prefetch_depth < 1:
         raise SystemExit(f"data.prefetch_depth must be 1 or more, not {cfg.prefetch_depth}")
     classes = None if cfg.backend == "synthetic" else check_layout(cfg.data_dir, num_classes)
+    # The MLPerf log starts once the command line, the recipe and the data folder have passed their
+    # checks: bad input ends in one line and writes nothing into RESULTS_DIR.
+    mlperf_path = mlperf_log_path(results_dir, resume_path is not None) if primary else None
+    mlperf = MLPerfLogger(mlperf_path, MLPERF_BENCHMARK, enabled=primary)
+    mlperf.cache_clear(False)  # the page cache is left as it is
+    mlperf.init_start()
     train_loader = build_loader(cfg, "train", classes)
     val_loader = build_loader(cfg, "val", classes)
     steps_per_epoch = train_loader.batches_per_epoch
