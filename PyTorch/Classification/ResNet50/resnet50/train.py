@@ -5,7 +5,8 @@
 
 Every epoch ends with top-1/top-5 validation and a checkpoint (RESULTS_DIR/checkpoint.pt, written
 atomically); ``--resume auto`` continues from it exactly: model, optimizer, grad scaler, LR schedule,
-RNG states and the position in the epoch.
+RNG states and the position in the epoch. RESULTS_DIR/metrics.jsonl and tensorboard/ hold the readings,
+RESULTS_DIR/mlperf.log the run's MLPerf sequence (benchmark "resnet", checked by ``python -m zoo.mlperf``).
 """
 
 from __future__ import annotations
