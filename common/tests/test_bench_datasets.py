@@ -3,15 +3,12 @@ import json
 import numpy as np
 import pytest
 from zoo.bench import (
-    Meter,
     covered,
     format_profile,
     inductor_options,
     kernel_family,
     percentiles,
     profile_step,
-    time_loop,
-    time_windows,
     write_report,
 )
 from zoo.datasets import make_digits_imagefolder
@@ -25,34 +22,6 @@ def test_percentiles_match_numpy():
     assert got["p99.9"] == pytest.approx(np.percentile(samples, 99.9))
     with pytest.raises(ValueError):
         percentiles([])
-
-
-def test_meter_drops_warmup():
-    meter = Meter(warmup=2)
-    for seconds in (10.0, 10.0, 0.1, 0.2, 0.3):
-        meter.record(seconds, items=6)
-    s = meter.summary()
-    assert (s["steps"], s["items"]) == (3, 18)
-    assert s["throughput"] == pytest.approx(18 / 0.6)
-    assert s["latency_ms"]["mean"] == pytest.approx(200.0)
-    assert s["latency_ms"]["p50"] == pytest.approx(200.0)
-    assert s["latency_ms"]["p99"] == pytest.approx(np.percentile([100, 200, 300], 99))
-
-
-def test_time_loop_calls_and_syncs():
-    calls, syncs = [], []
-    s = time_loop(lambda: calls.append(1), items_per_call=4, warmup=3, iters=5, sync=lambda: syncs.append(1))
-    assert len(calls) == 8 and len(syncs) == 16
-    assert (s["steps"], s["items"]) == (5, 20) and s["throughput"] > 0
-
-
-def test_time_windows_syncs_only_at_window_ends():
-    events = []
-    seconds = time_windows(
-        lambda: events.append("call"), warmup=2, iters=3, windows=2, sync=lambda: events.append("sync")
-    )
-    assert len(seconds) == 2 and all(s >= 0 for s in seconds)
-    assert events == ["call"] * 2 + ["sync"] + (["call"] * 3 + ["sync"]) * 2
 
 
 def test_covered_counts_overlaps_once():

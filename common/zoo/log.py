@@ -2,14 +2,14 @@
 
     with MetricsLogger("results/metrics.jsonl", total_steps=len(loader), desc="epoch 1",
                        enabled=is_primary()) as logger:
-        logger.event(MLPERF.RUN_START)
         for step, (x, y) in enumerate(loader, 1):
             ...
             logger.progress(step, items=len(x), metrics={"loss": loss.item()})
         logger.log(step, {"top1": 76.1}, units={"top1": "%"}, phase="val")
 
-Every JSON line is an object with ``time`` (Unix seconds); metrics lines have ``step``, ``phase``,
-``metrics``, ``units``; event lines have ``key``, ``value``, ``metadata`` as in the ``:::MLLOG`` line.
+Every JSON line is an object with ``time`` (Unix seconds), ``step``, ``phase``, ``metrics``, ``units``.
+MLPerf events are not this logger's: ``zoo.mlperf.MLPerfLogger`` writes them through
+``mlperf_logging.mllog``.
 
 TensorBoard: every ``log()`` also writes each metric as a scalar tagged ``<phase>/<name>`` (e.g.
 ``train/loss``, ``val/top1``) at ``step`` into ``tensorboard/`` beside the metrics file
@@ -17,11 +17,6 @@ TensorBoard: every ``log()`` also writes each metric as a scalar tagged ``<phase
 ``tensorboard --logdir results/tensorboard``. It uses the ``tensorboard`` package's event-file writer
 (as ``torch.utils.tensorboard`` does); where that package is missing, one notice is printed and no
 event files are written. ``tensorboard=False`` turns it off; a logger without ``path`` writes none.
-
-Superseded: ``MetricsLogger.event``, ``MetricsLogger(mlperf_benchmark=...)`` and ``MLPERF`` print
-their own ``:::MLLOG`` lines, which the compliance checker does not accept as a run. New code logs
-MLPerf events with ``zoo.mlperf.MLPerfLogger`` (through ``mlperf_logging.mllog``, checked by
-``zoo.mlperf.check_log``); these stay until every model has moved to it.
 """
 
 from __future__ import annotations
@@ -30,52 +25,13 @@ import json
 import os
 import sys
 import time
-import types
 
 _TENSORBOARD_DIR = "tensorboard"
 _tensorboard_notice_printed = False  # the missing-package notice is printed once per process
 
-_MLPERF_KEYS = (
-    "submission_benchmark",
-    "cache_clear",
-    "init_start",
-    "init_stop",
-    "run_start",
-    "run_stop",
-    "epoch_start",
-    "epoch_stop",
-    "block_start",
-    "block_stop",
-    "eval_start",
-    "eval_stop",
-    "eval_accuracy",
-    "global_batch_size",
-    "train_samples",
-    "eval_samples",
-    "seed",
-    "opt_name",
-    "opt_base_learning_rate",
-    "opt_learning_rate_warmup_epochs",
-)
-
-
-def _mlperf_constants() -> types.SimpleNamespace:
-    """Event key names: from ``mlperf_logging.mllog.constants`` where installed, else the same strings."""
-    try:
-        from mlperf_logging.mllog import constants
-    except ImportError:
-        constants = None
-    return types.SimpleNamespace(**{k.upper(): getattr(constants, k.upper(), k) for k in _MLPERF_KEYS})
-
-
-MLPERF = _mlperf_constants()
-
 
 class MetricsLogger:
-    """One logger per run. On non-primary ranks pass ``enabled=False``: every method is then a no-op.
-
-    ``mlperf_benchmark`` (superseded by ``zoo.mlperf.MLPerfLogger``) logs a submission_benchmark event.
-    """
+    """One logger per run. On non-primary ranks pass ``enabled=False``: every method is then a no-op."""
 
     def __init__(
         self,
@@ -85,7 +41,6 @@ class MetricsLogger:
         total_steps: int | None = None,
         desc: str = "",
         stream=None,
-        mlperf_benchmark: str | None = None,
         tensorboard: bool = True,
     ):
         self.enabled = enabled
@@ -109,8 +64,6 @@ class MetricsLogger:
             if tensorboard:
                 self._tensorboard_dir = os.path.join(os.path.dirname(os.path.abspath(path)), _TENSORBOARD_DIR)
         self._tty = hasattr(stream, "isatty") and stream.isatty()
-        if mlperf_benchmark:
-            self.event(MLPERF.SUBMISSION_BENCHMARK, mlperf_benchmark)
 
     def log(self, step: int, metrics: dict, *, units: dict | None = None, phase: str = "train") -> None:
         """Append {"time","step","phase","metrics","units"} as one JSON line; print one readable line;
@@ -153,31 +106,6 @@ class MetricsLogger:
             self.stream.flush()
         else:
             self._print_line(line)
-
-    def event(self, key: str, value=None, metadata: dict | None = None) -> None:
-        """Print a ':::MLLOG {...}' line and append the same event as a JSON line.
-
-        Superseded by ``zoo.mlperf.MLPerfLogger`` (see the module docstring)."""
-        if not self.enabled:
-            return
-        caller = sys._getframe(1)
-        if caller.f_code.co_filename == __file__:  # emitted by __init__: name the code that made the logger
-            caller = caller.f_back
-        now = time.time()
-        record = {
-            "namespace": "",
-            "time_ms": int(now * 1000),
-            "event_type": _event_type(key),
-            "key": key,
-            "value": value,
-            "metadata": {
-                "file": os.path.basename(caller.f_code.co_filename),
-                "lineno": caller.f_lineno,
-                **(metadata or {}),
-            },
-        }
-        self._print_line(":::MLLOG " + json.dumps(record, default=_jsonable))
-        self._write_json({"time": now, **record})
 
     def close(self) -> None:
         if self._tensorboard is not None:
@@ -269,14 +197,6 @@ def _open_tensorboard(logdir: str, print_line) -> _ScalarEventWriter | None:
 
 def _ema(previous, value, alpha=0.1):
     return value if previous is None else (1 - alpha) * previous + alpha * value
-
-
-def _event_type(key: str) -> str:
-    if key.endswith("_start"):
-        return "INTERVAL_START"
-    if key.endswith("_stop"):
-        return "INTERVAL_END"
-    return "POINT_IN_TIME"
 
 
 def _number(value):
