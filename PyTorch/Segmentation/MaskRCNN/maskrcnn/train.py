@@ -333,7 +333,7 @@ def train_run(a, r: dict, root: Path, env, device, state: dict | None, mlperf) -
             if i % a.log_every == 0 or i == steps_per_epoch - 1:
                 value = float(total)  # one host sync per log line, not per step
                 summary["losses"].append(value)
-                parts = {k: float(v) for k, v in losses.items()}
+                parts = {k: float(v.detach()) for k, v in losses.items()}
                 log.progress(step, global_batch, {"loss": value, "lr": scheduler.get_last_lr()[0]})
                 log.log(step, {"loss": value, "epoch": epoch + 1, **parts})
         seconds = time.time() - t0

@@ -1,0 +1,171 @@
+"""Training and inference images/s of our Mask R-CNN next to torchvision's ``maskrcnn_resnet50_fpn``
+(weights=None, eager, AMP), in one call on the same device with the same synthetic batch (images of
+``--image-size`` pixels, 4 instances with masks each).
+
+    python -m maskrcnn.benchmark --mode both --batch-size 8 --amp bf16 --output bench.json
+    python -m maskrcnn.benchmark --smoke --device cpu        # tiny sizes on a CPU: checks the path
+
+"ours" is the recipe's model (``--recipe``, default the 1-GPU COCO recipe) built by maskrcnn.model;
+its train step is the one maskrcnn.train runs (forward with losses, backward, SGD step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from pathlib import Path
+
+import torch
+from zoo.cli import AMP_CHOICES
+from zoo.cli import parse_args as parse_cli
+from zoo.torch import autocast, close_distributed, fast_math, grad_scaler, init_distributed
+
+from maskrcnn.model import model_from_recipe
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
+DEFAULT_RECIPE = MODEL_DIR / "configs" / "maskrcnn_coco_1gpu.yaml"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m maskrcnn.benchmark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--mode", choices=("train", "inference", "both"), default="both")
+    p.add_argument("--models", default="ours,torchvision", help="comma list of: ours, torchvision")
+    p.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose model is 'ours'")
+    p.add_argument("--batch-size", type=int, default=8, help="images per step")
+    p.add_argument("--image-size", type=int, default=800, help="square synthetic images of this side")
+    p.add_argument("--amp", choices=AMP_CHOICES, default="bf16", help="mixed precision (fp32: no autocast)")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--device", default=None, help="cuda / cpu (default: cuda where CUDA is)")
+    p.add_argument("--output", help="JSON report (zoo.bench/v1)")
+    p.add_argument("--smoke", action="store_true", help="batch 1, 128-pixel images, 1 warm-up, 1 iteration")
+    a = parse_cli(p, argv)
+    if a.smoke:
+        a.batch_size, a.image_size, a.warmup, a.iters = 1, 128, 1, 1
+    return a
+
+
+def synthetic_batch(batch: int, size: int, device, seed: int = 0):
+    """Images in [0, 1] and targets with 4 boxes and matching rectangular masks per image."""
+    g = torch.Generator().manual_seed(seed)
+    images, targets = [], []
+    for _ in range(batch):
+        xy = (torch.rand(4, 2, generator=g) * size * 0.6).floor()
+        wh = (torch.rand(4, 2, generator=g) * size * 0.3 + size * 0.05).floor()
+        boxes = torch.cat([xy, xy + wh], 1)
+        masks = torch.zeros(4, size, size, dtype=torch.uint8)
+        for m, (x0, y0, x1, y1) in zip(masks, boxes.int().tolist(), strict=True):
+            m[y0:y1, x0:x1] = 1
+        labels = torch.randint(1, 91, (4,), generator=g)
+        images.append(torch.rand(3, size, size, generator=g).to(device))
+        targets.append({"boxes": boxes.to(device), "labels": labels.to(device), "masks": masks.to(device)})
+    return images, targets
+
+
+def steps_for(model, a, device):
+    """(train_step, infer_step) closures: the training step of maskrcnn.train and eval-mode inference."""
+    from zoo.torch import parameter_groups
+
+    model = model.to(device)
+    images, targets = synthetic_batch(a.batch_size, a.image_size, device)
+    opt = torch.optim.SGD(parameter_groups(model, 1e-4), lr=1e-3, momentum=0.9)
+    scaler = grad_scaler(device, a.amp)
+
+    def train_step():
+        model.train()
+        with autocast(device, a.amp):
+            losses = model(images, targets)
+        loss = sum(losses.values())
+        opt.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    @torch.no_grad()
+    def infer_step():
+        model.eval()
+        with autocast(device, a.amp):
+            model(images)
+
+    return train_step, infer_step
+
+
+def build(name: str, a):
+    size = {"min_size": a.image_size, "max_size": max(a.image_size, 1333)}
+    if name == "ours":
+        from zoo.recipe import load_recipe
+
+        r = load_recipe(a.recipe, {"data.min_size": size["min_size"], "data.max_size": size["max_size"]})
+        return model_from_recipe(r, 91)
+    from torchvision.models.detection import maskrcnn_resnet50_fpn
+
+    return maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=91, **size)
+
+
+def run(a) -> list[dict]:
+    from zoo.bench import measure
+
+    env, device = init_distributed(a.device)
+    fast_math(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    modes = ("train", "inference") if a.mode == "both" else (a.mode,)
+    names = [m for m in a.models.split(",") if m]
+    for m in names:
+        if m not in ("ours", "torchvision"):
+            raise SystemExit(f"error: unknown model '{m}' in --models (choose from ours, torchvision)")
+    results = []
+    for name in names:
+        train_step, infer_step = steps_for(build(name, a), a, device)
+        for mode in modes:
+            fn = train_step if mode == "train" else infer_step
+            s = measure(
+                fn, items_per_call=a.batch_size, warmup=a.warmup, iters=a.iters, sync=sync, per_call=True
+            )
+            results.append(
+                {
+                    "model": name,
+                    "mode": mode,
+                    "batch_size": a.batch_size,
+                    "image_size": a.image_size,
+                    "amp": a.amp,
+                    **s,
+                }
+            )
+            print(
+                f"{name:12s} {mode:9s} batch {a.batch_size} @ {a.image_size}px: {s['throughput']:.2f} img/s "
+                f"(p50 step {s['latency_ms']['p50']:.1f} ms)",
+                file=sys.stderr,
+            )
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    for mode in modes:
+        by = {r["model"]: r["throughput"] for r in results if r["mode"] == mode}
+        if "ours" in by and "torchvision" in by:
+            ratio = by["ours"] / by["torchvision"]
+            for r in results:
+                if r["mode"] == mode and r["model"] == "ours":
+                    r["speedup_vs_torchvision"] = ratio
+            print(f"{mode}: ours / torchvision maskrcnn_resnet50_fpn = {ratio:.2f}x", file=sys.stderr)
+    close_distributed()
+    return results if env.rank == 0 else []
+
+
+def main(argv=None) -> None:
+    a = parse_args(argv)
+    results = run(a)
+    if a.output and results:
+        from zoo.bench import write_report
+
+        on_gpu = torch.cuda.is_available() and (a.device or "cuda").startswith("cuda")
+        device_name = torch.cuda.get_device_name() if on_gpu else platform.processor()
+        write_report(a.output, results, device=device_name or "cpu", torch=torch.__version__)
+        print(f"wrote {a.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

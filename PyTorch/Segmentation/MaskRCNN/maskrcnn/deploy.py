@@ -1,0 +1,95 @@
+"""Serve a model repository written by maskrcnn.export with tritonserver and segment images through
+tritonclient.
+
+    python -m maskrcnn.deploy --repository triton_repo --protocol grpc --output out/ photo.jpg
+
+Starts a local tritonserver (zoo.triton; the nvidia-pytriton wheel's binary carries the python backend
+only, so ``maskrcnn_python`` is served), sends each image, prints the detections and the served
+latency, and draws PNGs when --output is given. With --url, an already running server is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from maskrcnn.detect import draw, load_image
+from maskrcnn.export import OUTPUTS
+
+MODEL = "maskrcnn_python"
+
+
+def main(argv=None) -> None:
+    from zoo.cli import parse_args
+    from zoo.triton import TritonServer, infer
+
+    p = argparse.ArgumentParser(
+        prog="python -m maskrcnn.deploy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("images", nargs="+", help="image files")
+    p.add_argument("--repository", default="triton_repo", help="from maskrcnn.export / export_triton.sh")
+    p.add_argument("--url", help="host:port of a running server (skip starting one)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--threshold", type=float, default=0.5)
+    p.add_argument("--output", help="folder for PNGs with boxes and masks drawn")
+    a = parse_args(p, argv)
+    loaded = [load_image(path) for path in a.images]
+    if a.url:
+        answers = serve_all(infer, a.url, loaded, a.protocol)
+    else:
+        repo = Path(a.repository)
+        if not (repo / MODEL / "config.pbtxt").is_file():
+            raise SystemExit(
+                f"error: {repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first"
+            )
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
+            try:
+                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
+                with TritonServer(tmp) as server:
+                    url = server.http_url if a.protocol == "http" else server.grpc_url
+                    print(
+                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
+                    )
+                    answers = serve_all(infer, url, loaded, a.protocol)
+            except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
+                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    for path, (im, _), (out, ms) in zip(a.images, loaded, answers, strict=True):
+        keep = out["scores"] >= a.threshold
+        print(f"{path}: {int(keep.sum())} objects >= {a.threshold} ({ms:.1f} ms over {a.protocol})")
+        for box, score, label in zip(
+            out["boxes"][keep].tolist(),
+            out["scores"][keep].tolist(),
+            out["labels"][keep].tolist(),
+            strict=True,
+        ):
+            print(f"  class {label} {score:.3f} [{', '.join(f'{v:.1f}' for v in box)}]")
+        if a.output:
+            Path(a.output).mkdir(parents=True, exist_ok=True)
+            draw(im, {k: torch.from_numpy(v) for k, v in out.items()}, {}, a.threshold).save(
+                Path(a.output) / (Path(path).stem + ".png")
+            )
+
+
+def serve_all(infer, url, loaded, protocol) -> list[tuple[dict, float]]:
+    """(outputs, milliseconds) per image; the first request is also sent once before as warm-up."""
+    infer(url, MODEL, {"image": loaded[0][1].numpy().astype(np.float32)}, list(OUTPUTS), protocol=protocol)
+    answers = []
+    for _, image in loaded:
+        t = time.perf_counter()
+        out = infer(url, MODEL, {"image": image.numpy().astype(np.float32)}, list(OUTPUTS), protocol=protocol)
+        answers.append((out, (time.perf_counter() - t) * 1000))
+    return answers
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Mask R-CNN: training and inference images/s, ours next to torchvision maskrcnn_resnet50_fpn (JSON report with --output). Arguments go to maskrcnn.benchmark (--help lists them).
+set -euo pipefail
+MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="${MODEL_DIR}:${PYTHONPATH:-}"
+exec "${PYTHON:-python}" -m maskrcnn.benchmark "$@"

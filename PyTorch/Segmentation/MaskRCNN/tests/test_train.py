@@ -1,0 +1,170 @@
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+from maskrcnn.detect import main as detect_main
+from maskrcnn.evaluate import coco_map
+from maskrcnn.evaluate import main as evaluate_main
+from maskrcnn.shapes import make_shapes_coco
+from maskrcnn.train import main, parse_args, train
+
+from .conftest import MODEL_DIR
+
+TINY = str(MODEL_DIR / "configs" / "shapes_cpu.yaml")
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    root = tmp_path_factory.mktemp("shapes")
+    make_shapes_coco(root, images=8, size=128, max_objects=2, seed=0, split="train")
+    return root
+
+
+def run_args(shapes, results, *extra):
+    return [
+        "--recipe",
+        TINY,
+        "--data-dir",
+        str(shapes),
+        "--train-split",
+        "train",
+        "--val-split",
+        "train",
+        "--results-dir",
+        str(results),
+        "--log-every",
+        "1",
+        *extra,
+    ]
+
+
+def random_results(images, category_ids, seed=0, per_image=10):
+    """Random boxes with random rectangular masks: the baseline a trained model must beat."""
+    from pycocotools import mask as mask_utils
+
+    rng = random.Random(seed)
+    out = []
+    for img in images:
+        w, h = img["width"], img["height"]
+        for _ in range(per_image):
+            x, y = rng.randint(0, w - 10), rng.randint(0, h - 10)
+            bw, bh = rng.randint(5, w - x), rng.randint(5, h - y)
+            m = torch.zeros(h, w, dtype=torch.uint8)
+            m[y : y + bh, x : x + bw] = 1
+            rle = mask_utils.encode(m.numpy().copy(order="F"))
+            out.append(
+                {
+                    "image_id": img["id"],
+                    "category_id": rng.choice(category_ids),
+                    "bbox": [x, y, bw, bh],
+                    "score": rng.random(),
+                    "segmentation": {"size": rle["size"], "counts": rle["counts"].decode()},
+                }
+            )
+    return out
+
+
+def test_short_run_learns_logs_and_scores(shapes, tmp_path, capsys):
+    from zoo.mlperf import check_log
+
+    out = tmp_path / "out"
+    summary = train(parse_args(run_args(shapes, out, "--async-eval")))
+    losses = summary["losses"]
+    assert len(losses) == 24
+    assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:2]) / 2, losses
+    ann = shapes / "annotations" / "instances_train.json"
+    data = json.loads(ann.read_text())
+    baseline = coco_map(str(ann), random_results(data["images"], [1, 2, 3]))
+    stats = summary["maps"][6]
+    assert stats["SEGM"] > max(0.002, 2 * baseline["SEGM"]), (stats, baseline)
+    # The MLPerf log of the run passes the maskrcnn compliance checker (open division).
+    check_log(out / "mlperf.log", "maskrcnn")
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert any(x["phase"] == "eval" and x["metrics"]["SEGM"] == stats["SEGM"] for x in lines)
+    assert list((out / "tensorboard").glob("events.*"))
+    # The evaluation script on the saved model gives the numbers training logged.
+    capsys.readouterr()
+    evaluate_main(
+        [
+            "--checkpoint",
+            str(out / "model.pt"),
+            "--data-dir",
+            str(shapes),
+            "--split",
+            "train",
+            "--workers",
+            "0",
+        ]
+    )
+    scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scored["SEGM"] == pytest.approx(stats["SEGM"], abs=1e-6)
+    assert scored["BBOX"] == pytest.approx(stats["BBOX"], abs=1e-6)
+    # detect draws a PNG of the same image size with the masks tinted in.
+    from PIL import Image
+
+    image = shapes / "train" / "000001.png"
+    detect_main(
+        [
+            "--checkpoint",
+            str(out / "model.pt"),
+            "--output",
+            str(tmp_path / "png"),
+            "--threshold",
+            "0.0",
+            str(image),
+        ]
+    )
+    drawn = Image.open(tmp_path / "png" / "000001.png")
+    assert drawn.size == Image.open(image).size
+    assert list(drawn.getdata()) != list(Image.open(image).convert("RGB").getdata())
+
+
+def test_resume_continues_like_an_unbroken_run(shapes, tmp_path):
+    common = ["--epochs", "2", "--steps", "2", "--eval-epochs", "", "--set", "checkpoint_every=1"]
+    whole = train(parse_args(run_args(shapes, tmp_path / "whole", *common)))
+    train(parse_args(run_args(shapes, tmp_path / "split", *common, "--stop-epoch", "1")))
+    resumed = train(parse_args(run_args(shapes, tmp_path / "split", *common, "--resume", "auto")))
+    assert resumed["losses"] == whole["losses"][len(whole["losses"]) - len(resumed["losses"]) :]
+    a, b = whole["model"].state_dict(), resumed["model"].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "split" / "mlperf_from_epoch1.log").is_file()
+    # A results folder with a checkpoint needs --resume: a one-line error, the checkpoint untouched.
+    before = (tmp_path / "split" / "checkpoint.pt").read_bytes()
+    with pytest.raises(SystemExit, match="--resume auto"):
+        train(parse_args(run_args(shapes, tmp_path / "split", *common)))
+    assert (tmp_path / "split" / "checkpoint.pt").read_bytes() == before
+
+
+def test_two_process_torchrun_reaches_target_and_stops(shapes, tmp_path):
+    from zoo.mlperf import check_log
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}",
+        "OMP_NUM_THREADS": "1",
+    }
+    args = run_args(shapes, tmp_path / "ddp", "--epochs", "3", "--steps", "1", "--eval-epochs", "1,2,3")
+    args += ["--target-map", "0.0", "--set", "eval.target_mask_map=0.0", "--amp", "bf16", "--device", "cpu"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531"]
+    done = subprocess.run(
+        [*cmd, "-m", "maskrcnn.train", *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "reached after epoch 1" in done.stderr
+    log = (tmp_path / "ddp" / "mlperf.log").read_text()
+    assert '"global_batch_size", "value": 4' in log and '"status": "success"' in log
+    check_log(tmp_path / "ddp" / "mlperf.log", "maskrcnn")
+
+
+def test_bad_flags_and_paths_end_in_one_line(shapes, tmp_path):
+    with pytest.raises(SystemExit, match="--config was renamed: use --recipe"):
+        parse_args(["--config", TINY])
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(run_args(tmp_path / "nowhere", tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit, match="accumulate must be >= 1"):
+        main(run_args(shapes, tmp_path / "out", "--accumulate", "0"))
