@@ -57,9 +57,11 @@ def test_dali_cpu_backend(digits16):
 
 def test_missing_data_dir_is_one_line(tmp_path):
     result = run_module(
-        "resnet50.train", "--data-dir", tmp_path / "missing", "--recipe", "configs/digits_cpu.yaml"
-    )
+        "resnet50.train", "--data-dir", tmp_path / "missing", "--recipe", "configs/digits_cpu.yaml",
+        "--results-dir", tmp_path / "r",
+    )  # fmt: skip
     assert_one_line_error(result, "does not exist", "missing")
+    assert not (tmp_path / "r").exists()  # nothing written for a run that could not start
 
 
 def test_corrupt_jpeg_is_one_line_naming_the_file(tmp_path, digits16):
