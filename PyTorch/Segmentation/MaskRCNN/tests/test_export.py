@@ -1,0 +1,69 @@
+"""ONNX parity with eager at image sizes other than the export's, and the python-backend model served by
+the real tritonserver answering like PyTorch."""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from maskrcnn.export import OUTPUTS, SingleImageModel, write_repository
+from maskrcnn.model import build_model
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    # Score threshold 0: an untrained model still returns detections to compare.
+    return build_model(
+        4, variant="tiny", min_size=128, max_size=192, box_score_thresh=0.0, box_detections_per_img=8
+    )
+
+
+@pytest.fixture(scope="module")
+def repo(model, tmp_path_factory):
+    return write_repository(model, tmp_path_factory.mktemp("repo") / "triton", instance_kind="KIND_CPU")
+
+
+def image(height, width, seed):
+    return torch.rand(3, height, width, generator=torch.Generator().manual_seed(seed))
+
+
+def assert_same(got: dict, want: dict):
+    assert len(want["scores"]) == 8
+    np.testing.assert_allclose(got["boxes"], want["boxes"].numpy(), atol=1e-2)
+    np.testing.assert_array_equal(got["labels"], want["labels"].numpy())
+    np.testing.assert_allclose(got["scores"], want["scores"].numpy(), atol=1e-4)
+    np.testing.assert_allclose(got["masks"], want["masks"].numpy(), atol=1e-3)
+
+
+def test_onnx_runs_any_image_size_like_pytorch(model, repo):
+    import onnxruntime as ort
+    from zoo.triton import parse_pbtxt
+
+    for name in ("maskrcnn_onnx", "maskrcnn_python"):
+        parse_pbtxt((repo / name / "config.pbtxt").read_text())
+    session = ort.InferenceSession(str(repo / "maskrcnn_onnx" / "1" / "model.onnx"))
+    for height, width, seed in ((128, 128, 1), (150, 210, 2)):
+        x = image(height, width, seed)
+        with torch.no_grad():
+            want = dict(zip(OUTPUTS, SingleImageModel(model.eval())(x), strict=True))
+        got = dict(zip(OUTPUTS, session.run(list(OUTPUTS), {"image": x.numpy()}), strict=True))
+        assert got["masks"].shape[2:] == (height, width)
+        assert_same(got, want)
+
+
+def test_python_backend_served_by_tritonserver_answers_like_pytorch(model, repo, tmp_path):
+    from zoo.triton import TritonServer, infer
+
+    served = tmp_path / "served"
+    shutil.copytree(repo / "maskrcnn_python", served / "maskrcnn_python")
+    x = image(140, 176, 3)
+    with torch.no_grad():
+        want = model.eval()([x])[0]
+    with TritonServer(served, startup_timeout=180) as server:
+        for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
+            got = infer(url, "maskrcnn_python", {"image": x.numpy()}, list(OUTPUTS), protocol=protocol)
+            assert_same(got, want)
+        # A value outside [0, 1] is refused with the reason, not served.
+        with pytest.raises(Exception, match="above its maximum"):
+            infer(server.http_url, "maskrcnn_python", {"image": x.numpy() * 255}, list(OUTPUTS))
