@@ -98,7 +98,10 @@ class Split:
         self.rows = int(self.starts[-1])
 
     def batch(self, start: int, stop: int):
-        labels, dense, cats = [], [], []
+        first = self.shards[0]
+        labels = [np.zeros(0, np.float32)]
+        dense = [np.zeros((0, first.num_dense), np.float32)]
+        cats = [np.zeros((0, first.num_categorical), np.int32)]
         i = int(np.searchsorted(self.starts, start, side="right")) - 1
         while start < stop:
             shard = self.shards[i]
@@ -167,7 +170,7 @@ class Batches:
 
         start = index * self.global_batch + self.rank * self.local
         stop = min(start + self.local, self.split.rows)
-        labels, dense, cats = self.split.batch(start, stop) if stop > start else self.split.batch(0, 0)
+        labels, dense, cats = self.split.batch(start, max(start, stop))
         real = len(labels)
         if real < self.local:
             pad = self.local - real

@@ -91,7 +91,8 @@ class PlainEmbeddingBags(nn.Module):
         # Under ``ebc``, as TorchRec's collection: both paths' weights are sparse.ebc.embedding_bags.<t>.weight.
         self.ebc = nn.Module()
         self.ebc.embedding_bags = nn.ModuleDict(
-            (name, nn.EmbeddingBag(rows, dim, mode="sum")) for name, rows in zip(names, num_embeddings)
+            (name, nn.EmbeddingBag(rows, dim, mode="sum"))
+            for name, rows in zip(names, num_embeddings, strict=True)
         )
         with torch.no_grad():
             for t, (name, rows) in enumerate(zip(names, num_embeddings, strict=True)):

@@ -46,7 +46,9 @@ class TorchRecEmbeddings(nn.Module):
             start += hot
         lengths = torch.tensor(self.hotness, dtype=torch.int64).repeat_interleave(batch)
         kjt = KeyedJaggedTensor.from_lengths_sync(keys=self.names, values=torch.cat(values), lengths=lengths)
-        pooled = self.ebc(kjt).values().view(batch, len(self.names), self.dim)
+        # A sharded collection groups its output keys by sharding type: order them as the tables.
+        by_table = self.ebc(kjt).to_dict()
+        pooled = torch.stack([by_table[name] for name in self.names], dim=1)
         return _ScaleGrad.apply(pooled, 1.0 / self.world) if self.world > 1 else pooled
 
 

@@ -45,11 +45,6 @@ class Run:
         if self.kind == "torchrec":
             from dlrm.sharding import build_torchrec, dense_parameters
 
-            if self.amp == "fp16":
-                raise SystemExit(
-                    "error: --amp fp16 needs loss scaling, which TorchRec's fused embedding optimizers do not undo: "
-                    "use --amp bf16 or fp32 (or model.embeddings=plain)"
-                )
             self.model, self.plan = build_torchrec(
                 cfg,
                 recipe["sparse_optimizer"],
@@ -110,24 +105,25 @@ class Run:
 
     # ---------------------------------------------------------------- checkpoints
 
-    def state(self) -> dict:
+    def tensor_state(self) -> dict:
+        """What every rank writes its part of: the (sharded) weights and the sparse optimizer's state."""
         return {
             "model": self.model.state_dict() if self.kind == "torchrec" else self.net.state_dict(),
-            "dense_optim": self.dense_opt.state_dict(),
-            "sparse_optim": self.sparse_opt.state_dict(),
+            "sparse_optim": self.sparse_opt.state_dict()["state"],
         }
 
     def save(self, path: pathlib.Path, progress: dict) -> None:
-        """Write the sharded checkpoint directory ``path`` (each rank its shards), replacing it whole."""
-        import torch.distributed as dist
+        """Write the sharded checkpoint directory ``path`` (each rank its shards, rank 0 the
+        replicated dense optimizer), replacing the previous one only once complete."""
         import torch.distributed.checkpoint as dcp
 
         tmp = path.with_name(path.name + ".tmp")
         if self.rank == 0 and tmp.exists():
             shutil.rmtree(tmp)
         _barrier()
-        dcp.save(self.state(), checkpoint_id=str(tmp))
+        dcp.save(self.tensor_state(), checkpoint_id=str(tmp))
         if self.rank == 0:
+            torch.save(self.dense_opt.state_dict(), tmp / "dense_optimizer.pt")
             (tmp / "progress.json").write_text(json.dumps(progress))
             old = path.with_name(path.name + ".old")
             if path.exists():
@@ -135,8 +131,7 @@ class Run:
             tmp.rename(path)
             if old.exists():
                 shutil.rmtree(old)
-        if dist.is_initialized():
-            dist.barrier()
+        _barrier()
 
     def load(self, path: pathlib.Path, *, weights_only: bool = False) -> dict:
         """Restore ``path`` (a checkpoint of either embedding path for the weights); returns its progress."""
@@ -145,7 +140,8 @@ class Run:
         progress_file = pathlib.Path(path) / "progress.json"
         if not progress_file.is_file():
             raise SystemExit(f"error: {path} is not a DLRM checkpoint (no progress.json)")
-        state = self.state()
+        state = self.tensor_state()
+        sparse_full = self.sparse_opt.state_dict()
         if weights_only:
             state = {"model": state["model"]}
         try:
@@ -156,8 +152,10 @@ class Run:
         target = self.model if self.kind == "torchrec" else self.net
         target.load_state_dict(state["model"])
         if not weights_only:
-            self.dense_opt.load_state_dict(state["dense_optim"])
-            self.sparse_opt.load_state_dict(state["sparse_optim"])
+            self.dense_opt.load_state_dict(
+                torch.load(pathlib.Path(path) / "dense_optimizer.pt", weights_only=True)
+            )
+            self.sparse_opt.load_state_dict({**sparse_full, "state": state["sparse_optim"]})
         return json.loads(progress_file.read_text())
 
 
@@ -209,6 +207,15 @@ def evaluate_auc(run: Run, batches, logger=None) -> tuple[float, float, int]:
     return float(roc_auc_score(label, prob)), logloss, int(keep.sum())
 
 
+def check_recipe(recipe: dict) -> None:
+    """Refuse, before any work, a combination the run cannot do."""
+    if recipe.get("amp") == "fp16" and recipe["model"].get("embeddings", "torchrec") == "torchrec":
+        raise SystemExit(
+            "error: --amp fp16 needs loss scaling, which TorchRec's fused embedding optimizers do not undo: "
+            "use --amp bf16 or fp32 (or model.embeddings=plain)"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dlrm.train", description=__doc__.split("\n\n")[0])
     add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_help="prepared Criteo shards ($DATA_DIR)")
@@ -249,6 +256,7 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
     from dlrm.data import Batches, Split, read_meta
     from dlrm.optim import lr_factor
 
+    check_recipe(recipe)
     env, device = init_distributed(device_name)
     primary = env.rank == 0
     checkpoint = results_dir / CHECKPOINT_NAME

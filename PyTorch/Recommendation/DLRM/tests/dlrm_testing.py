@@ -1,0 +1,68 @@
+"""Helpers of this model's tests: the tiny recipe, running entry points, reading losses."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
+
+# A tiny recipe: 6 steps of 256 rows, losses logged every step (the equality tests compare them).
+TINY = [
+    "--set",
+    "model.embedding_dim=8",
+    "--set",
+    "model.bottom_mlp=[16,8]",
+    "--set",
+    "model.top_mlp=[16]",
+    "--set",
+    "model.cross_rank=8",
+    "--set",
+    "train.batch_size=256",
+    "--set",
+    "train.log_every=1",
+    "--set",
+    "eval.batch_size=1024",
+]
+
+
+def run_module(module: str, *args, nproc: int = 1, check: bool = True, timeout: int = 240):
+    """``python -m module args`` (torchrun with gloo for nproc > 1); returns the CompletedProcess."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}",
+        "OMP_NUM_THREADS": "1",
+    }
+    env.pop("WORLD_SIZE", None)
+    if nproc > 1:
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_port",
+            str(29500 + os.getpid() % 1000),
+            "-m",
+            module,
+            *args,
+        ]
+    else:
+        cmd = [sys.executable, "-m", module, *args]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode:
+        raise AssertionError(
+            f"{module} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+        )
+    return done
+
+
+def losses(results_dir) -> dict:
+    """{step: loss} of a run's metrics.jsonl."""
+    out = {}
+    for line in (Path(results_dir) / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["phase"] == "train":
+            out[record["step"]] = record["metrics"]["loss"]
+    return out

@@ -1,0 +1,86 @@
+"""TorchRec sharding vs one process vs the plain nn.EmbeddingBag path, and exact resume of a sharded run."""
+
+import json
+
+import pytest
+from dlrm_testing import TINY, losses, run_module
+
+STEPS = ["--set", "train.max_steps=6", "--set", "train.shuffle=true"]
+# Two tables pinned to column-wise shards (TorchRec shards rows on GPUs only); the planner places the rest.
+PINNED = ["--set", "model.sharding.plan={t0: column_wise, t1: column_wise}"]
+
+
+@pytest.fixture(scope="module")
+def one_process(synthetic_dir, tmp_path_factory):
+    results = tmp_path_factory.mktemp("one_process")
+    run_module(
+        "dlrm.train", "--data-dir", str(synthetic_dir), "--results-dir", str(results), *TINY, *STEPS, *PINNED
+    )
+    return results
+
+
+@pytest.fixture(scope="module")
+def two_processes_resumed(synthetic_dir, tmp_path_factory):
+    """Two processes: 3 steps, stopped (the sharded checkpoint stays), then resumed to 6."""
+    results = tmp_path_factory.mktemp("two_processes")
+    args = ["--data-dir", str(synthetic_dir), "--results-dir", str(results), *TINY, *STEPS, *PINNED]
+    run_module("dlrm.train", *args, "--set", "train.max_steps=3", nproc=2)
+    assert sorted(p.name for p in (results / "checkpoint").glob("*.distcp")) == [
+        "__0_0.distcp",
+        "__1_0.distcp",
+    ]
+    refused = run_module("dlrm.train", *args, check=False)
+    assert refused.returncode != 0 and "--resume auto" in refused.stderr.strip().splitlines()[-1]
+    run_module("dlrm.train", *args, "--resume", "auto", nproc=2)
+    return results
+
+
+def test_two_sharded_processes_resumed_give_the_one_process_losses(one_process, two_processes_resumed):
+    """Sharded over 2 processes (steps 1-3, then resumed from the sharded checkpoint for 4-6) ==
+    one unbroken process: both sharding and resume keep the numbers."""
+    one, two = losses(one_process), losses(two_processes_resumed)
+    assert sorted(one) == list(range(1, 7))
+    assert one[6] < one[1]
+    assert two == pytest.approx(one, rel=2e-4, abs=1e-5)
+    plan = (two_processes_resumed / "sharding_plan.txt").read_text()
+    assert "column_wise" in plan and "table_wise" in plan
+
+
+def test_plain_embedding_bags_give_the_torchrec_losses(synthetic_dir, one_process, tmp_path):
+    run_module(
+        "dlrm.train",
+        "--data-dir",
+        str(synthetic_dir),
+        "--results-dir",
+        str(tmp_path),
+        *TINY,
+        *STEPS,
+        "--set",
+        "model.embeddings=plain",
+    )
+    plain = losses(tmp_path)
+    assert plain == pytest.approx(losses(one_process), rel=2e-4, abs=1e-5)
+    auc = lambda d: [
+        json.loads(x)["metrics"]["auc"]
+        for x in (d / "metrics.jsonl").read_text().splitlines()
+        if '"eval"' in x
+    ]  # noqa: E731
+    assert auc(tmp_path) == pytest.approx(auc(one_process), abs=1e-4)
+
+
+def test_fp16_on_fused_tables_and_old_flags_are_one_line_errors(synthetic_dir, tmp_path):
+    done = run_module(
+        "dlrm.train",
+        "--data-dir",
+        str(synthetic_dir),
+        "--results-dir",
+        str(tmp_path),
+        "--amp",
+        "fp16",
+        check=False,
+    )
+    assert done.returncode != 0 and done.stderr.strip().splitlines()[-1].startswith(
+        "error: --amp fp16 needs loss scaling"
+    )
+    done = run_module("dlrm.train", "--config", "x.yaml", check=False)
+    assert done.stderr.strip().splitlines() == ["error: --config was renamed: use --recipe"]
