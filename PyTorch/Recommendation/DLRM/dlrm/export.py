@@ -16,12 +16,13 @@ import pathlib
 import torch
 from zoo.cli import add_run_args, parse_args, recipe_from_args
 
-from dlrm.train import DEFAULT_RECIPE
+from dlrm.train import DEFAULT_RECIPE, _last_line
 
 
 def load_plain(recipe: dict, checkpoint) -> tuple[torch.nn.Module, dict]:
     """(the single-device DLRM with ``checkpoint``'s weights, its progress.json) whatever path trained it."""
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     from dlrm.model import build_plain
 
@@ -36,9 +37,8 @@ def load_plain(recipe: dict, checkpoint) -> tuple[torch.nn.Module, dict]:
     state = {"model": model.state_dict()}
     try:
         dcp.load(state, checkpoint_id=str(checkpoint))
-    except Exception as e:  # DCP's exception lists every rank's traceback: one line is enough
-        last = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
-        raise SystemExit(f"error: {checkpoint} does not fit this recipe's model: {last}") from None
+    except (Exception, CheckpointException) as e:  # a multi-page report: its last line says why
+        raise SystemExit(f"error: {checkpoint} does not fit this recipe's model: {_last_line(e)}") from None
     model.load_state_dict(state["model"])
     return model.eval(), progress
 

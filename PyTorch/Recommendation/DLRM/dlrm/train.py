@@ -136,6 +136,7 @@ class Run:
     def load(self, path: pathlib.Path, *, weights_only: bool = False) -> dict:
         """Restore ``path`` (a checkpoint of either embedding path for the weights); returns its progress."""
         import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
 
         progress_file = pathlib.Path(path) / "progress.json"
         if not progress_file.is_file():
@@ -146,8 +147,8 @@ class Run:
             state = {"model": state["model"]}
         try:
             dcp.load(state, checkpoint_id=str(path))
-        except Exception as e:  # DCP raises a multi-page CheckpointException: one line is enough here
-            first = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+        except (Exception, CheckpointException) as e:  # a multi-page report: its last line says why
+            first = _last_line(e)
             raise SystemExit(f"error: {path} does not fit this model/recipe: {first}") from None
         target = self.model if self.kind == "torchrec" else self.net
         target.load_state_dict(state["model"])
@@ -157,6 +158,12 @@ class Run:
             )
             self.sparse_opt.load_state_dict({**sparse_full, "state": state["sparse_optim"]})
         return json.loads(progress_file.read_text())
+
+
+def _last_line(error: BaseException) -> str:
+    """The last non-empty line of an error's text (DCP's reports hold every rank's traceback)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(error).__name__
 
 
 def _barrier():

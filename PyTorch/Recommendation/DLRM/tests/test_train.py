@@ -60,12 +60,12 @@ def test_plain_embedding_bags_give_the_torchrec_losses(synthetic_dir, one_proces
     )
     plain = losses(tmp_path)
     assert plain == pytest.approx(losses(one_process), rel=2e-4, abs=1e-5)
-    auc = lambda d: [
-        json.loads(x)["metrics"]["auc"]
-        for x in (d / "metrics.jsonl").read_text().splitlines()
-        if '"eval"' in x
-    ]  # noqa: E731
-    assert auc(tmp_path) == pytest.approx(auc(one_process), abs=1e-4)
+    assert eval_aucs(tmp_path) == pytest.approx(eval_aucs(one_process), abs=1e-4)
+
+
+def eval_aucs(results_dir) -> list:
+    lines = (results_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x)["metrics"]["auc"] for x in lines if '"eval"' in x]
 
 
 def test_fp16_on_fused_tables_and_old_flags_are_one_line_errors(synthetic_dir, tmp_path):
