@@ -101,3 +101,23 @@ def test_missing_annotation_file_and_bad_json(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(SystemExit, match="not valid JSON"):
         CocoInstances(tmp_path, tmp_path / "bad.json", train=True)
+
+
+def test_draw_tints_masks_and_outlines_boxes_above_the_threshold():
+    from maskrcnn.detect import PALETTE, draw
+
+    image = Image.new("RGB", (40, 30), (0, 0, 0))
+    masks = torch.zeros(2, 1, 30, 40)
+    masks[0, 0, 10:29, 10:20] = 0.9
+    masks[1, 0, 0:5, 0:5] = 0.9
+    output = {
+        "boxes": torch.tensor([[8.0, 8.0, 22.0, 29.0], [0.0, 0.0, 6.0, 6.0]]),
+        "labels": torch.tensor([1, 2]),
+        "scores": torch.tensor([0.9, 0.2]),
+        "masks": masks,
+    }
+    pixels = np.asarray(draw(image, output, {1: "square"}, threshold=0.5))
+    tint = tuple(int(0.45 * c) for c in PALETTE[1])  # blended in float, then truncated
+    assert tuple(pixels[26, 15]) == tint  # inside the kept mask, below its label
+    assert tuple(pixels[2, 2]) == (0, 0, 0)  # the detection below the threshold is not drawn
+    assert tuple(pixels[8, 15]) == PALETTE[1]  # the box outline
