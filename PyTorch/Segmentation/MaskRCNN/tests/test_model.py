@@ -79,3 +79,18 @@ def test_backbone_init_from_imagenet_resnet50_layout():
 def test_unknown_variant_is_one_line():
     with pytest.raises(SystemExit, match="unknown Mask R-CNN variant 'v3'"):
         build_model(91, variant="v3")
+
+
+def test_converted_torchvision_file_is_read_by_evaluate_detect_and_export(tmp_path):
+    from maskrcnn.checkpoints import convert_torchvision
+    from maskrcnn.evaluate import load_model
+    from torchvision.models.detection import maskrcnn_resnet50_fpn
+
+    torch.manual_seed(0)
+    torch.save(maskrcnn_resnet50_fpn(weights=None, weights_backbone=None).state_dict(), tmp_path / "tv.pt")
+    out = convert_torchvision(tmp_path / "tv.pt", tmp_path / "model.pt", variant="v1")
+    model, state = load_model(str(out), "cpu")
+    assert state["recipe"]["model"]["variant"] == "v1" and state["num_classes"] == 91
+    with pytest.raises(SystemExit, match="not a torchvision Mask R-CNN v2 state dict"):
+        convert_torchvision(tmp_path / "tv.pt", tmp_path / "v2.pt", variant="v2")
+    assert not (tmp_path / "v2.pt").exists()
