@@ -1,10 +1,12 @@
 """BERT pretraining (phase 1 at 128 tokens, phase 2 at 512): LAMB, gradient accumulation, bf16/fp16,
-torchrun / SLURM / MPI multi-process, exact resume.
+torchrun / SLURM / MPI multi-process, exact resume, masked-LM accuracy against a target.
 
 Launch with scripts/train.sh (it wraps torchrun). The recipe YAML gives the hyper-parameters;
 flags override it. Data position is a function of the step (see bert.data.PretrainingBatches)
-and dropout is re-seeded from (seed, step, rank), so a run resumed from checkpoint.pt continues
-exactly as the unbroken run would have.
+and dropout is re-seeded from (seed, step, rank), so a run continued with ``--resume auto`` from
+checkpoint.pt goes on exactly as the unbroken run would have. The masked-LM accuracy, MLPerf BERT's
+quality metric, is evaluated every ``eval_every`` steps; RESULTS_DIR/mlperf.log holds the run's
+MLPerf event sequence (benchmark "bert", zoo.mlperf).
 """
 
 from __future__ import annotations
