@@ -1,0 +1,146 @@
+"""Training samples/s of this model (the recipe's path: TorchRec-sharded fused tables, or plain) next to
+a plain eager PyTorch DLRM as the original facebookresearch code builds it (one nn.EmbeddingBag per
+table with sparse gradients, SGD), on the same synthetic batches and sizes, in the same run:
+``python -m dlrm.benchmark [--recipe R] [--amp bf16] [--batch-size B] [--rows N] [--output FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from zoo.cli import add_run_args, parse_args, recipe_from_args
+
+from dlrm.train import DEFAULT_RECIPE
+
+
+def synthetic_batches(count: int, batch: int, rows: list[int], hotness: list[int], seed: int = 0):
+    """``count`` (labels, dense, sparse) batches of random clicks, log-counts and ids within ``rows``."""
+    from dlrm.data import NUM_DENSE, expand_categorical
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        cats = np.stack([rng.integers(0, n, batch) for n in rows], axis=1)
+        out.append(
+            (
+                torch.from_numpy(rng.integers(0, 2, batch).astype(np.float32)),
+                torch.from_numpy(np.log1p(rng.poisson(3.0, (batch, NUM_DENSE))).astype(np.float32)),
+                torch.from_numpy(expand_categorical(cats, rows, hotness)),
+            )
+        )
+    return out
+
+
+def baseline_step(recipe: dict, rows: list[int], num_dense: int, device, amp: str):
+    """A step function of the original-style eager DLRM (EmbeddingBag(sparse=True) per table, SGD)."""
+    from zoo.torch import autocast
+
+    from dlrm.model import build_plain
+
+    model = build_plain(recipe["model"], rows, num_dense, int(recipe.get("seed", 0)))
+    for bag in model.sparse.ebc.embedding_bags.values():
+        bag.sparse = True
+    model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(recipe["sparse_optimizer"]["lr"]))
+
+    def step(labels, dense, sparse):
+        with autocast(device, amp):
+            logits = model(dense.to(device), sparse.to(device)).float()
+        loss = F.binary_cross_entropy_with_logits(logits, labels.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def main(argv=None) -> None:
+    from zoo.bench import measure, write_report
+    from zoo.torch import close_distributed, init_distributed
+
+    from dlrm.data import NUM_DENSE
+    from dlrm.model import hotness_of, table_sizes
+    from dlrm.train import Run, check_recipe
+
+    parser = argparse.ArgumentParser(prog="python -m dlrm.benchmark", description=__doc__.split("\n\n")[0])
+    add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_dir=False, resume=False)
+    parser.add_argument("--batch-size", type=int, default=None, help="global batch (default: the recipe's)")
+    parser.add_argument("--rows", type=int, default=100_000, help="rows per table (capped by model.max_rows)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--no-baseline", action="store_true", help="measure only this model")
+    parser.add_argument("--output", default=None, help="JSON report (default: RESULTS_DIR/benchmark.json)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
+    args = parse_args(parser, argv)
+    recipe = recipe_from_args(args, {"batch_size": "train.batch_size"})
+    check_recipe(recipe)
+    env, device = init_distributed(args.device)
+    amp = recipe.get("amp", "fp32")
+    batch = int(recipe["train"]["batch_size"])
+    rows = table_sizes(recipe["model"], [args.rows] * 26)
+    hotness = hotness_of(recipe["model"], len(rows))
+    local = batch // env.world_size
+    batches = synthetic_batches(4, local, rows, hotness, seed=env.rank)
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    calls = iter(range(1 << 62))
+
+    def cycle(step):
+        return lambda: step(*batches[next(calls) % len(batches)])
+
+    meta = {
+        "amp": amp,
+        "device": str(device),
+        "batch_size": batch,
+        "world_size": env.world_size,
+        "rows_per_table": rows[0],
+        "hotness": hotness,
+        "recipe": str(args.recipe),
+    }
+    results = []
+    run = Run(recipe, {"num_embeddings": rows, "num_dense": NUM_DENSE}, device, env.rank, env.world_size)
+    ours = measure(
+        cycle(run.step),
+        items_per_call=batch,
+        warmup=args.warmup,
+        iters=args.iters,
+        windows=args.windows,
+        sync=sync,
+    )
+    results.append(
+        {"name": f"ours ({run.kind} embeddings)", "train_samples_per_s": ours["throughput"], **ours}
+    )
+    if not args.no_baseline and env.world_size == 1:
+        base = measure(
+            cycle(baseline_step(recipe, rows, NUM_DENSE, device, amp)),
+            items_per_call=batch,
+            warmup=args.warmup,
+            iters=args.iters,
+            windows=args.windows,
+            sync=sync,
+        )
+        results.append(
+            {
+                "name": "eager PyTorch DLRM (EmbeddingBag per table, SGD)",
+                "train_samples_per_s": base["throughput"],
+                **base,
+            }
+        )
+        meta["ratio_ours_to_eager"] = ours["throughput"] / base["throughput"]
+    if env.rank == 0:
+        output = pathlib.Path(args.output or pathlib.Path(args.results_dir) / "benchmark.json")
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_report(output, results, **meta)
+        for r in results:
+            print(f"{r['name']}: {r['train_samples_per_s']:,.0f} samples/s")
+        if "ratio_ours_to_eager" in meta:
+            print(f"ours / eager: {meta['ratio_ours_to_eager']:.2f}x  ({output})")
+    close_distributed()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Serve a repository written by dlrm.export with tritonserver and score validation rows through tritonclient:
+``python -m dlrm.deploy --repository model_repository --data-dir D [--rows 4096] [--protocol grpc]``.
+
+Starts a local tritonserver (zoo.triton; the nvidia-pytriton wheel's binary carries the python
+backend only, so ``dlrm_python`` is served), sends the first --rows validation rows in requests of
+--batch-size, and prints the served AUC and latency. With --url, an already running server is used.
+The hotness of the served model is read from its config (the width of ``sparse``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+MODEL = "dlrm_python"
+
+
+def score(infer, url, protocol, batches) -> tuple[np.ndarray, float]:
+    """(CTRs of every batch, mean ms per request)."""
+    ctrs, started = [], time.perf_counter()
+    for dense, sparse in batches:
+        ctrs.append(
+            infer(url, MODEL, {"dense": dense, "sparse": sparse}, ["ctr"], protocol=protocol)["ctr"][:, 0]
+        )
+    return np.concatenate(ctrs), (time.perf_counter() - started) * 1000 / max(1, len(batches))
+
+
+def main(argv=None) -> None:
+    from sklearn.metrics import roc_auc_score
+    from zoo.triton import TritonServer, infer, parse_pbtxt
+
+    from dlrm.data import Split, expand_categorical
+
+    p = argparse.ArgumentParser(prog="python -m dlrm.deploy", description=__doc__.split("\n\n")[0])
+    p.add_argument("--repository", default="model_repository", help="from dlrm.export / export_triton.sh")
+    p.add_argument(
+        "--data-dir", default=os.environ.get("DATA_DIR"), help="prepared Criteo shards ($DATA_DIR)"
+    )
+    p.add_argument("--rows", type=int, default=4096, help="validation rows to score")
+    p.add_argument("--batch-size", type=int, default=256, help="rows per request")
+    p.add_argument("--url", help="host:port of a running server (skip starting one)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    a = p.parse_args(argv)
+    if not a.data_dir:
+        raise SystemExit("error: give --data-dir (or set DATA_DIR)")
+    repo = Path(a.repository)
+    config_path = repo / MODEL / "config.pbtxt"
+    if not config_path.is_file():
+        raise SystemExit(f"error: {repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
+    config = parse_pbtxt(config_path.read_text())
+    width = int(next(t for t in config.input if t.name == "sparse").dims[0])
+    hotness_file = repo / MODEL / "hotness.txt"
+    hotness = [int(h) for h in hotness_file.read_text().split()] if hotness_file.is_file() else [1] * 26
+    rows = [int(r) for r in (repo / MODEL / "rows.txt").read_text().split()]
+    if sum(hotness) != width:
+        raise SystemExit(f"error: {hotness_file} does not match the served input width {width}")
+    split = Split(a.data_dir, "val")
+    labels, dense, cats = split.batch(0, min(a.rows, split.rows))
+    sparse = expand_categorical(cats, rows, hotness)
+    batches = [
+        (
+            np.ascontiguousarray(dense[i : i + a.batch_size]),
+            np.ascontiguousarray(sparse[i : i + a.batch_size]),
+        )
+        for i in range(0, len(labels), a.batch_size)
+    ]
+    if a.url:
+        ctrs, ms = score(infer, a.url, a.protocol, batches)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
+            try:
+                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
+                with TritonServer(tmp) as server:
+                    url = server.http_url if a.protocol == "http" else server.grpc_url
+                    print(
+                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
+                    )
+                    ctrs, ms = score(infer, url, a.protocol, batches)
+            except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
+                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    auc = roc_auc_score(labels, ctrs) if len(np.unique(labels)) > 1 else float("nan")
+    print(
+        f"served {len(labels)} rows over {a.protocol}: AUC {auc:.5f}, {ms:.1f} ms per request of {a.batch_size}"
+    )
+
+
+if __name__ == "__main__":
+    main()
