@@ -14,7 +14,7 @@ Environment: DEMO_DIR (default ./data/resnet50-demo), DEMO_EPOCHS (default 8), D
              DEMO_IMAGE_SIZE (default 32), PYTHON.
 Builds the digits image folder, trains ResNet-50 v1.5 on the CPU, evaluates it, exports it to a Triton
 model repository, starts tritonserver on 127.0.0.1, classifies held-out images through tritonclient and
-prints the predictions and the served latency.
+prints the predictions and the served latency; draws the run's curves to DEMO_DIR/curves.png.
 USAGE
   exit 0
 fi
@@ -30,24 +30,24 @@ export OMP_NUM_THREADS="${THREADS}"
 START=$(date +%s)
 step() { echo; echo "== [$(( $(date +%s) - START ))s] $*"; }
 
-step "1/5 data: scikit-learn digits as a ${SIZE}x${SIZE} image folder in ${DATA}"
+step "1/6 data: scikit-learn digits as a ${SIZE}x${SIZE} image folder in ${DATA}"
 "${PYTHON}" -c "import sys; from zoo.datasets import make_digits_imagefolder as m; m(sys.argv[1], image_size=int(sys.argv[2]))" "${DATA}" "${SIZE}"
 echo "train: $(find "${DATA}/train" -name '*.jpg' | wc -l) images, val: $(find "${DATA}/val" -name '*.jpg' | wc -l) images, 10 classes"
 
-step "2/5 train ResNet-50 v1.5 on the CPU (${EPOCHS} epochs, ${THREADS} threads)"
+step "2/6 train ResNet-50 v1.5 on the CPU (${EPOCHS} epochs, ${THREADS} threads)"
 rm -rf "${RESULTS}"  # a fresh run each time (its metrics.jsonl would otherwise grow)
 "${PYTHON}" -m resnet50.train --recipe "${MODEL_DIR}/configs/digits_cpu.yaml" --data-dir "${DATA}" \
   --results-dir "${RESULTS}" --epochs "${EPOCHS}" --image-size "${SIZE}" --threads "${THREADS}" --log-every 10
 
-step "3/5 evaluate the checkpoint on the held-out images (chance is 10%)"
+step "3/6 evaluate the checkpoint on the held-out images (chance is 10%)"
 "${PYTHON}" -m resnet50.evaluate --checkpoint "${RESULTS}/checkpoint.pt" --data-dir "${DATA}" --num-classes 10 \
   --image-size "${SIZE}" --batch-size 64 --workers 1 --device cpu --amp fp32 --results-dir "${RESULTS}"
 
-step "4/5 export TorchScript + ONNX into the Triton model repository ${REPO}"
+step "4/6 export TorchScript + ONNX into the Triton model repository ${REPO}"
 "${PYTHON}" -m resnet50.export --checkpoint "${RESULTS}/checkpoint.pt" --repository "${REPO}" --num-classes 10 \
   --image-size "${SIZE}" --instance-kind KIND_CPU --max-batch-size 16
 
-step "5/5 serve with tritonserver (python backend running the ONNX model) and classify held-out images"
+step "5/6 serve with tritonserver (python backend running the ONNX model) and classify held-out images"
 HELD_OUT="${DEMO_DIR}/held_out"
 rm -rf "${HELD_OUT}"
 for class_dir in "${DATA}"/val/*/; do
@@ -57,5 +57,9 @@ done
 printf '%s\n' 0 1 2 3 4 5 6 7 8 9 > "${DEMO_DIR}/classes.txt"
 "${PYTHON}" -m resnet50.deploy --repository "${REPO}" --model resnet50_python --protocol grpc \
   --image-size "${SIZE}" --classes "${DEMO_DIR}/classes.txt" --top-k 2 --server-log "${DEMO_DIR}/tritonserver.log" "${HELD_OUT}"
+
+step "6/6 curves: loss, top-1 and throughput of the run (metrics.jsonl) drawn as a PNG"
+"${PYTHON}" -m zoo.plot "${RESULTS}" --output "${DEMO_DIR}/curves.png"
+echo "TensorBoard: tensorboard --logdir ${RESULTS}/tensorboard"
 
 step "done in $(( $(date +%s) - START )) s: checkpoint ${RESULTS}/checkpoint.pt, metrics ${RESULTS}/metrics.jsonl, repository ${REPO}"
