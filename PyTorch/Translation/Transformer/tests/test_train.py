@@ -1,5 +1,6 @@
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -97,12 +98,15 @@ def test_target_bleu_stops_the_run(small_data, tmp_path):
 
 def test_two_process_torchrun(small_data, tmp_path):
     env = dict(os.environ, PYTHONPATH=f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0"]
+    with socket.socket() as probe:  # torchrun's --master_port 0 does not pick a free port: pick one
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", port]
     cmd += ["-m", "transformer.train", "--recipe", str(RECIPE), "--data-dir", str(small_data)]
     cmd += ["--results-dir", str(tmp_path), "--device", "cpu", "--epochs", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "agree" in proc.stdout + proc.stderr
+    assert "weights identical on all 2 ranks" in proc.stdout + proc.stderr
     assert (tmp_path / "model.pt").is_file()
 
 
@@ -136,3 +140,36 @@ def test_train_sh_reports_a_bad_flag_in_one_line():
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == ["error: --config was renamed: use --recipe"]
+
+
+def test_averaged_checkpoints_hold_the_mean_weights(small_data, tmp_path):
+    from transformer.average import main as average
+    from transformer.evaluate import main as evaluate
+
+    run(small_data, tmp_path, "--epochs", "3", "--set", "train.keep_checkpoints=2")
+    kept = sorted(tmp_path.glob("checkpoint_epoch*.pt"))
+    assert [p.name for p in kept] == ["checkpoint_epoch002.pt", "checkpoint_epoch003.pt"]
+    out = average([str(p) for p in kept] + ["--output", str(tmp_path / "averaged.pt")])
+    first, second = (torch.load(p, weights_only=False)["model"] for p in kept)
+    mean = torch.load(out, weights_only=False)["model"]
+    key = "decoder.0.ffn.0.weight"
+    torch.testing.assert_close(mean[key], (first[key] + second[key]) / 2)
+    summary = evaluate(
+        ["--checkpoint", str(out), "--data-dir", str(small_data), "--split", "valid"]
+        + ["--results-dir", str(tmp_path / "eval"), "--beam", "2"]
+    )
+    assert summary["sentences"] == 40 and "signature" in summary
+
+
+def test_evaluate_a_file_with_mismatched_reference_is_a_one_line_error(trained, tmp_path):
+    from transformer.evaluate import main as evaluate
+
+    results, _ = trained
+    (tmp_path / "in.en").write_text("one , two\nthree , four\n")
+    (tmp_path / "ref.de").write_text("eins zwei\n")
+    with pytest.raises(SystemExit, match="has 2 lines but .* has 1"):
+        evaluate(
+            ["--checkpoint", str(results / "model.pt"), "--input", str(tmp_path / "in.en")]
+            + ["--reference", str(tmp_path / "ref.de"), "--results-dir", str(tmp_path / "eval")]
+        )
+    assert not (tmp_path / "eval").exists()

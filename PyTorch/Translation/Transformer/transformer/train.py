@@ -6,7 +6,8 @@ token-count batches, gradient accumulation, mixed precision, DDP, exact resume, 
 
 Writes RESULTS_DIR/checkpoint.pt (model, optimizer, schedule, generators, position in the epoch),
 metrics.jsonl + tensorboard/ (MetricsLogger), mlperf.log (benchmark "transformer", ruleset 0.7.0;
-a resumed run writes mlperf_resume<N>.log) and model.pt (the weights and what evaluation needs).
+a resumed run writes mlperf_resume<N>.log), model.pt (the weights and what evaluation needs) and,
+with train.keep_checkpoints N, copies of the last N end-of-epoch checkpoints (checkpoint_epochEEE.pt).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import shutil
 import time
 
 import torch
@@ -331,6 +333,11 @@ def main(argv=None) -> dict:
                 print(f"epoch {epoch}: BLEU {bleu:.2f} on {eval_split} ({signature})", flush=True)
             position.update(epoch=epoch + 1, batch=0, best_bleu=max(position["best_bleu"], bleu))
             save_checkpoint()
+            keep = int(train_cfg["keep_checkpoints"])
+            if keep and env.is_primary:  # per-epoch copies for transformer.average
+                shutil.copyfile(results / CHECKPOINT_NAME, results / f"checkpoint_epoch{epoch:03d}.pt")
+                for old in sorted(results.glob("checkpoint_epoch*.pt"))[:-keep]:
+                    old.unlink()
             if target is not None and bleu >= target:
                 status = "success"
                 break
