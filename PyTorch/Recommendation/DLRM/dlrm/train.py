@@ -278,8 +278,15 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
     target = ecfg.get("target_auc")
     results_dir.mkdir(parents=True, exist_ok=True)
     mlperf_path = results_dir / "mlperf.log"
-    if primary and resume_from is None and mlperf_path.exists():
-        mlperf_path.unlink()  # one run per file, as the checker reads it
+    if primary and mlperf_path.exists():
+        # One run per file, as the checker reads it: a resumed run keeps the earlier log beside its own.
+        if resume_from is None:
+            mlperf_path.unlink()
+        else:
+            part = 1
+            while mlperf_path.with_name(f"mlperf.{part}.log").exists():
+                part += 1
+            mlperf_path.rename(mlperf_path.with_name(f"mlperf.{part}.log"))
     status, auc, step = "aborted", None, 0
     with MLPerfLogger(mlperf_path, MLPERF_BENCHMARK, enabled=primary) as mlperf:
         mlperf.cache_clear()

@@ -42,6 +42,10 @@ def test_two_sharded_processes_resumed_give_the_one_process_losses(one_process, 
     assert sorted(one) == list(range(1, 7))
     assert one[6] < one[1]
     assert two == pytest.approx(one, rel=2e-4, abs=1e-5)
+    from zoo.mlperf import check_log
+
+    for log in ("mlperf.1.log", "mlperf.log"):  # the stopped run's and the resumed run's
+        check_log(two_processes_resumed / log, "dlrm_dcnv2")
     plan = (two_processes_resumed / "sharding_plan.txt").read_text()
     assert "column_wise" in plan and "table_wise" in plan
 
