@@ -75,7 +75,7 @@ def main(argv=None) -> None:
             print(f"  class {label} {score:.3f} [{', '.join(f'{v:.1f}' for v in box)}]")
         if a.output:
             Path(a.output).mkdir(parents=True, exist_ok=True)
-            draw(im, {k: torch.from_numpy(v) for k, v in out.items()}, {}, a.threshold).save(
+            draw(im, {k: torch.from_numpy(v.copy()) for k, v in out.items()}, {}, a.threshold).save(
                 Path(a.output) / (Path(path).stem + ".png")
             )
 

@@ -1,13 +1,19 @@
 """ONNX parity with eager at image sizes other than the export's, and the python-backend model served by
 the real tritonserver answering like PyTorch."""
 
+import os
 import shutil
+import signal
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from maskrcnn.export import OUTPUTS, SingleImageModel, write_repository
 from maskrcnn.model import build_model
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +73,44 @@ def test_python_backend_served_by_tritonserver_answers_like_pytorch(model, repo,
         # A value outside [0, 1] is refused with the reason, not served.
         with pytest.raises(Exception, match="above its maximum"):
             infer(server.http_url, "maskrcnn_python", {"image": x.numpy() * 255}, list(OUTPUTS))
+
+
+def test_deploy_serves_the_repository_and_draws(repo, tmp_path, capsys):
+    from maskrcnn.deploy import main as deploy_main
+    from PIL import Image
+
+    Image.new("RGB", (150, 120), (40, 120, 200)).save(tmp_path / "blue.png")
+    deploy_main(
+        [
+            "--repository",
+            str(repo),
+            "--threshold",
+            "0.0",
+            "--output",
+            str(tmp_path / "out"),
+            str(tmp_path / "blue.png"),
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert "blue.png: 8 objects >= 0.0" in printed
+    assert Image.open(tmp_path / "out" / "blue.png").size == (150, 120)
+
+
+def test_deploy_stopped_by_sigterm_leaves_no_tritonserver_or_stub(repo, tmp_path):
+    from PIL import Image
+    from zoo.triton import signal_when_serving
+
+    Image.new("RGB", (160, 128), (40, 120, 200)).save(tmp_path / "blue.png")
+    command = [
+        sys.executable,
+        "-m",
+        "maskrcnn.deploy",
+        "--repository",
+        str(repo),
+        *[str(tmp_path / "blue.png")] * 8,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(MODEL_DIR)}
+    run = signal_when_serving(command, signal.SIGTERM, ready_text="tritonserver ready", env=env, cwd=tmp_path)
+    assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
+    assert run.left_running == [], run.output
+    assert run.returncode != 0
