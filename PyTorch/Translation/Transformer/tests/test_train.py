@@ -173,3 +173,12 @@ def test_evaluate_a_file_with_mismatched_reference_is_a_one_line_error(trained, 
             + ["--reference", str(tmp_path / "ref.de"), "--results-dir", str(tmp_path / "eval")]
         )
     assert not (tmp_path / "eval").exists()
+
+
+@pytest.mark.parametrize("amp", ["bf16", "fp16"])
+def test_mixed_precision_trains_on_the_cpu(small_data, tmp_path, amp):
+    summary = run(small_data, tmp_path, "--epochs", "1", "--amp", amp)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["metrics"]["loss"] for r in lines if r.get("phase") == "train"]
+    assert losses and all(0 < loss < 20 for loss in losses), losses
+    assert summary["bleu"] is not None
