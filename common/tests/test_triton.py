@@ -458,3 +458,48 @@ def test_server_turns_sigterm_into_system_exit_while_it_runs(tmp_path):
         time.sleep(5)
     assert stopped.value.code == 128 + signal.SIGTERM
     assert process.poll() is not None and signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_load_test_counts_requests_and_answers_as_onnxruntime(tmp_path, protocol):
+    from zoo.triton import load_table, load_test
+
+    onnx_path = _embed_onnx(tmp_path / "embed.onnx")
+    write_model(
+        tmp_path / "repo", _embed_config("embed"), {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}
+    )
+    good = [r for i, r in enumerate(GOOD_AND_BAD) if i != 2]
+    with TritonServer(tmp_path / "repo") as server:
+        url = server.http_url if protocol == "http" else server.grpc_url
+        rows = load_test(
+            url, "embed", good, concurrency=(1, 4), requests=12, protocol=protocol, keep_outputs=3
+        )
+        failing = load_test(url, "embed", GOOD_AND_BAD, concurrency=(2,), requests=8, protocol=protocol)
+        served = _execution_count(server.http_url, "embed", at_least=1)
+    assert [(r["concurrency"], r["requests"], r["errors"]) for r in rows] == [(1, 12, 0), (4, 12, 0)]
+    for row in rows:
+        assert row["throughput"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
+        assert sorted(row["outputs"]) == [0, 1, 2]
+        for index, outputs in row["outputs"].items():
+            expected = _onnxruntime_outputs(onnx_path, good[index % len(good)])
+            for name in ("embedded", "shifted"):
+                np.testing.assert_array_equal(outputs[name], expected[name])
+    # every 4th request (index 2, 6) reads out of the table: those fail, the others succeed
+    assert failing[0]["requests"] == 8 and failing[0]["errors"] == 2
+    assert "out of data bounds" in failing[0]["first_error"]
+    assert served >= 1
+    table = load_table(rows).splitlines()
+    assert table[0].split() == ["concurrency", "requests", "errors", "infer/s", "p50", "ms", "p99", "ms"]
+    assert table[2].split()[:3] == ["4", "12", "0"]
+
+
+def test_load_test_refuses_other_hosts_and_bad_levels():
+    from zoo.triton import load_test, parse_concurrency
+
+    with pytest.raises(ValueError, match="this machine only"):
+        load_test("10.0.0.1:8000", "m", [{"x": np.zeros(1)}], outputs=["y"])
+    with pytest.raises(ValueError, match="concurrency levels must be >= 1"):
+        load_test("127.0.0.1:8000", "m", [{"x": np.zeros(1)}], outputs=["y"], concurrency=(0,))
+    assert parse_concurrency("1,4,16") == (1, 4, 16)
+    with pytest.raises(Exception, match="positive integers"):
+        parse_concurrency("1,x")

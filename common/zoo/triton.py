@@ -7,6 +7,11 @@
     write_model("model_repository", config, {"model.onnx": "resnet50.onnx"})
     with TritonServer("model_repository") as server:
         logits = infer(server.http_url, "resnet50_onnx", {"input": batch}, ["logits"])["logits"]
+        with TritonClient(server.http_url) as client:  # one connection for many requests
+            logits = [client.infer("resnet50_onnx", {"input": b}, ["logits"])["logits"] for b in batches]
+        rows = load_test(server.http_url, "resnet50_onnx", [{"input": b} for b in batches],
+                         concurrency=(1, 4, 16), requests=256)
+        print(load_table(rows))  # concurrency, requests, errors, infer/s, p50 and p99 ms
 
 A model with only an ONNX file is served by the python backend through one shared model file:
 
@@ -329,43 +334,260 @@ class TritonServer:
         )
 
 
-def infer(url, model, inputs: dict, outputs: list, protocol: str = "http") -> dict:
-    """Run one request against ``url`` ("host:port"); returns {output name: np.ndarray}."""
-    from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+class TritonClient:
+    """One client (one connection) to the server at ``url``, reused for every request; a context manager.
 
-    client_lib = _client_lib(protocol)
-    client = client_lib.InferenceServerClient(url)
-    try:
-        request = []
-        for name, array in inputs.items():
-            tensor = client_lib.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
-            tensor.set_data_from_numpy(array)
-            request.append(tensor)
-        wanted = [client_lib.InferRequestedOutput(name) for name in outputs]
-        result = client.infer(model, request, outputs=wanted)
-    except InferenceServerException as e:
-        raise RuntimeError(f"{protocol} inference on '{model}' at {url} failed: {e.message()}") from None
-    finally:
-        client.close()
-    return {name: result.as_numpy(name) for name in outputs}
+        with TritonClient(url, protocol="grpc") as client:
+            for batch in batches:
+                logits = client.infer("resnet50_onnx", {"input": batch}, ["logits"])["logits"]
+
+    Its methods raise RuntimeError naming the protocol, model and url with the server's message.
+    Not shared between threads: give each thread its own.
+    """
+
+    def __init__(self, url: str, protocol: str = "http"):
+        self.url, self.protocol = url, protocol
+        self._lib = _client_lib(protocol)
+        self._client = self._lib.InferenceServerClient(url)
+
+    def infer(self, model, inputs: dict, outputs: list) -> dict:
+        """One request; returns {output name: np.ndarray}."""
+        from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+        try:
+            request = []
+            for name, array in inputs.items():
+                tensor = self._lib.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+                tensor.set_data_from_numpy(array)
+                request.append(tensor)
+            wanted = [self._lib.InferRequestedOutput(name) for name in outputs]
+            result = self._client.infer(model, request, outputs=wanted)
+        except InferenceServerException as e:
+            raise RuntimeError(
+                f"{self.protocol} inference on '{model}' at {self.url} failed: {e.message()}"
+            ) from None
+        return {name: result.as_numpy(name) for name in outputs}
+
+    def model_io(self, model) -> tuple[list[str], list[str]]:
+        """The input names and output names the server declares for ``model``."""
+        from tritonclient.utils import InferenceServerException
+
+        try:
+            if self.protocol == "grpc":
+                metadata = self._client.get_model_metadata(model, as_json=True)
+            else:
+                metadata = self._client.get_model_metadata(model)
+        except InferenceServerException as e:
+            raise RuntimeError(
+                f"{self.protocol} metadata of '{model}' at {self.url}: {e.message()}"
+            ) from None
+        return [t["name"] for t in metadata["inputs"]], [t["name"] for t in metadata["outputs"]]
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def infer(url, model, inputs: dict, outputs: list, protocol: str = "http") -> dict:
+    """Run one request against ``url`` ("host:port") on a client of its own; returns {output name: np.ndarray}.
+
+    For more than one request, keep a ``TritonClient`` open instead (no connection set-up per request).
+    """
+    with TritonClient(url, protocol) as client:
+        return client.infer(model, inputs, outputs)
 
 
 def model_io(url, model, protocol: str = "http") -> tuple[list[str], list[str]]:
     """The input names and output names the server at ``url`` declares for ``model``."""
-    from tritonclient.utils import InferenceServerException
+    with TritonClient(url, protocol) as client:
+        return client.model_io(model)
 
-    client_lib = _client_lib(protocol)
-    client = client_lib.InferenceServerClient(url)
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def load_test(
+    url,
+    model,
+    requests_inputs: list,
+    *,
+    outputs: list | None = None,
+    concurrency=(1, 4, 16),
+    requests: int = 64,
+    protocol: str = "http",
+    time_limit_s: float = 60.0,
+    keep_outputs: int = 0,
+) -> list[dict]:
+    """Load a server on this machine with ``requests`` requests at each level of ``concurrency``.
+
+    For a level of ``c``, ``c`` threads each open ONE client, send one untimed warm-up request, then
+    take request indices 0, 1, ... from a shared counter until ``requests`` have been sent or
+    ``time_limit_s`` has passed since the level began; request ``i`` sends ``requests_inputs[i %
+    len(requests_inputs)]`` (a dict {input name: array}) and asks for ``outputs`` (default: all the
+    model declares). Only ``url`` on 127.0.0.1/localhost is accepted (ValueError otherwise).
+
+    Returns one dict per level: ``concurrency``, ``requests`` (sent and timed), ``errors`` (failed
+    requests, warm-ups included), ``first_error`` (its message, or None), ``throughput`` (successful
+    inferences per second over the level's wall time), ``p50_ms``/``p99_ms`` (per-request latency,
+    ``zoo.bench.percentiles``; None when no request succeeded), and with ``keep_outputs=k`` also
+    ``outputs``: {i: {output name: array}} for the successful requests ``i < k``.
+    """
+    import threading
+
+    from zoo.bench import percentiles
+
+    host = url.rsplit(":", 1)[0]
+    if host not in LOOPBACK_HOSTS:
+        raise ValueError(f"load_test sends load to this machine only (127.0.0.1), not to {url}")
+    if not requests_inputs or requests < 1:
+        raise ValueError(f"load_test needs requests_inputs and requests >= 1 (got {requests})")
+    levels = [int(c) for c in concurrency]
+    if not levels or min(levels) < 1:
+        raise ValueError(f"concurrency levels must be >= 1, got {list(concurrency)}")
+    if outputs is None:
+        outputs = model_io(url, model, protocol)[1]
+
+    rows = []
+    for level in levels:
+        lock = threading.Lock()
+        state = {"next": 0, "errors": 0, "first_error": None, "latencies": [], "outputs": {}}
+        all_ready = threading.Barrier(level + 1)
+
+        def fail(message, state=state, lock=lock):
+            with lock:
+                state["errors"] += 1
+                state["first_error"] = state["first_error"] or message
+
+        def worker(state=state, lock=lock, all_ready=all_ready):
+            client = None
+            try:
+                client = TritonClient(url, protocol)
+                client.infer(model, requests_inputs[0], outputs)
+            except Exception as e:  # noqa: BLE001 - every failure is a counted error, not a crash
+                fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+            all_ready.wait()
+            deadline = time.monotonic() + time_limit_s
+            try:
+                while True:
+                    with lock:
+                        index = state["next"]
+                        if index >= requests or time.monotonic() > deadline:
+                            return
+                        state["next"] += 1
+                    if client is None:
+                        fail("no client")
+                        continue
+                    began = time.perf_counter()
+                    try:
+                        result = client.infer(model, requests_inputs[index % len(requests_inputs)], outputs)
+                    except Exception as e:  # noqa: BLE001
+                        fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                        continue
+                    elapsed_ms = 1000 * (time.perf_counter() - began)
+                    with lock:
+                        state["latencies"].append(elapsed_ms)
+                        if index < keep_outputs:
+                            state["outputs"][index] = result
+            finally:
+                if client is not None:
+                    client.close()
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(level)]
+        for thread in threads:
+            thread.start()
+        all_ready.wait()  # every client has connected and warmed up: the clock starts now
+        began = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        seconds = time.perf_counter() - began
+        latencies = state["latencies"]
+        stats = percentiles(latencies, (50, 99)) if latencies else {"p50": None, "p99": None}
+        row = {
+            "concurrency": level,
+            "requests": state["next"],
+            "errors": state["errors"],
+            "first_error": state["first_error"],
+            "throughput": len(latencies) / seconds if seconds > 0 else 0.0,
+            "p50_ms": stats["p50"],
+            "p99_ms": stats["p99"],
+        }
+        if keep_outputs:
+            row["outputs"] = state["outputs"]
+        rows.append(row)
+    return rows
+
+
+def parse_concurrency(text: str) -> tuple[int, ...]:
+    """``"1,4,16"`` -> (1, 4, 16); an argparse ``type=`` (ArgumentTypeError on a bad list)."""
     try:
-        if protocol == "grpc":
-            metadata = client.get_model_metadata(model, as_json=True)
-        else:
-            metadata = client.get_model_metadata(model)
-    except InferenceServerException as e:
-        raise RuntimeError(f"{protocol} metadata of '{model}' at {url}: {e.message()}") from None
-    finally:
-        client.close()
-    return [t["name"] for t in metadata["inputs"]], [t["name"] for t in metadata["outputs"]]
+        levels = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        levels = ()
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"--concurrency takes positive integers like 1,4,16, not {text!r}")
+    return levels
+
+
+def add_load_args(parser) -> None:
+    """``--concurrency 1,4,16`` and ``--requests N``: the deploy scripts' load mode."""
+    parser.add_argument(
+        "--concurrency",
+        type=parse_concurrency,
+        default=None,
+        help="load mode: concurrent clients per level, e.g. 1,4,16 (prints throughput and latency)",
+    )
+    parser.add_argument(
+        "--requests", type=int, default=64, help="load mode: requests sent at each concurrency level"
+    )
+    parser.add_argument(
+        "--time-limit", type=float, default=60.0, help="load mode: seconds at most per concurrency level"
+    )
+
+
+def load_table(rows: list[dict]) -> str:
+    """The rows of ``load_test`` as a text table (concurrency, requests, errors, throughput, p50, p99)."""
+
+    def ms(value):
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = [f"{'concurrency':>11} {'requests':>8} {'errors':>6} {'infer/s':>9} {'p50 ms':>8} {'p99 ms':>8}"]
+    for row in rows:
+        lines.append(
+            f"{row['concurrency']:>11} {row['requests']:>8} {row['errors']:>6} {row['throughput']:>9.1f}"
+            f" {ms(row['p50_ms']):>8} {ms(row['p99_ms']):>8}"
+        )
+    return "\n".join(lines)
+
+
+def run_load_mode(url, model, requests_inputs: list, args, *, outputs=None, protocol=None) -> list[dict]:
+    """Load mode of a deploy script: ``load_test`` with ``add_load_args``' flags, print the table.
+
+    Raises SystemExit with a one-line cause when any request failed (after printing the table).
+    """
+    if args.requests < 1:
+        raise SystemExit(f"error: --requests must be >= 1, got {args.requests}")
+    rows = load_test(
+        url,
+        model,
+        requests_inputs,
+        outputs=outputs,
+        concurrency=args.concurrency,
+        requests=args.requests,
+        protocol=protocol or args.protocol,
+        time_limit_s=args.time_limit,
+    )
+    print(f"{model} over {protocol or args.protocol} at {url}:")
+    print(load_table(rows), flush=True)
+    failed = [row for row in rows if row["errors"]]
+    if failed:
+        total = sum(row["errors"] for row in failed)
+        raise SystemExit(f"error: {total} request(s) failed under load: {failed[0]['first_error']}")
+    return rows
 
 
 def _client_lib(protocol: str):
