@@ -5,6 +5,8 @@ DOCKER ?= docker
 PYTEST_FLAGS ?= -x -q --timeout=900
 
 PT_REQS := $(wildcard PyTorch/*/*/requirements.txt)
+# Packages whose declared dependencies must not be installed (a model says why in the file).
+PT_NODEPS := $(wildcard PyTorch/*/*/requirements-nodeps.txt)
 TF_REQS := $(wildcard TensorFlow/*/*/requirements.txt)
 MX_REQS := $(wildcard MXNet/*/*/requirements.txt)
 
@@ -24,10 +26,11 @@ setup-tensorflow: $(VENV)/tensorflow/.ready
 setup-mxnet: $(VENV)/mxnet/.ready
 
 # A venv is rebuilt in place when its requirement files change; the stamp is written last.
-$(VENV)/pytorch/.ready: common/envs/pytorch.txt common/pyproject.toml $(PT_REQS)
+$(VENV)/pytorch/.ready: common/envs/pytorch.txt common/pyproject.toml $(PT_REQS) $(PT_NODEPS)
 	$(PYTHON) -m venv $(VENV)/pytorch
 	$(VENV)/pytorch/bin/python -m pip install -q --upgrade pip
 	$(VENV)/pytorch/bin/python -m pip install -q -r common/envs/pytorch.txt $(addprefix -r ,$(PT_REQS))
+	$(if $(PT_NODEPS),$(VENV)/pytorch/bin/python -m pip install -q --no-deps $(addprefix -r ,$(PT_NODEPS)))
 	$(VENV)/pytorch/bin/python -m pip install -q --no-deps -e common
 	touch $@
 
