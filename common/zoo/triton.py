@@ -431,8 +431,8 @@ def load_test(
     len(requests_inputs)]`` (a dict {input name: array}) and asks for ``outputs`` (default: all the
     model declares). Only ``url`` on 127.0.0.1/localhost is accepted (ValueError otherwise).
 
-    Returns one dict per level: ``concurrency``, ``requests`` (sent and timed), ``errors`` (failed
-    requests, warm-ups included), ``first_error`` (its message, or None), ``throughput`` (successful
+    Returns one dict per level: ``concurrency``, ``requests`` (sent and timed), ``errors`` (those of
+    them that failed), ``first_error`` (its message, or None), ``throughput`` (successful
     inferences per second over the level's wall time), ``p50_ms``/``p99_ms`` (per-request latency,
     ``zoo.bench.percentiles``; None when no request succeeded), and with ``keep_outputs=k`` also
     ``outputs``: {i: {output name: array}} for the successful requests ``i < k``.
@@ -458,18 +458,13 @@ def load_test(
         state = {"next": 0, "errors": 0, "first_error": None, "latencies": [], "outputs": {}}
         all_ready = threading.Barrier(level + 1)
 
-        def fail(message, state=state, lock=lock):
-            with lock:
-                state["errors"] += 1
-                state["first_error"] = state["first_error"] or message
-
         def worker(state=state, lock=lock, all_ready=all_ready):
-            client = None
+            client, no_client = None, None
             try:
                 client = TritonClient(url, protocol)
-                client.infer(model, requests_inputs[0], outputs)
-            except Exception as e:  # noqa: BLE001 - every failure is a counted error, not a crash
-                fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                client.infer(model, requests_inputs[0], outputs)  # connect and warm up, untimed
+            except Exception:  # noqa: BLE001 - a failing warm-up shows again in the timed requests
+                no_client = None if client is not None else "no client"
             all_ready.wait()
             deadline = time.monotonic() + time_limit_s
             try:
@@ -479,14 +474,17 @@ def load_test(
                         if index >= requests or time.monotonic() > deadline:
                             return
                         state["next"] += 1
-                    if client is None:
-                        fail("no client")
-                        continue
                     began = time.perf_counter()
                     try:
+                        if no_client:
+                            client = TritonClient(url, protocol)
+                            no_client = None
                         result = client.infer(model, requests_inputs[index % len(requests_inputs)], outputs)
-                    except Exception as e:  # noqa: BLE001
-                        fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
+                    except Exception as e:  # noqa: BLE001 - every failure is a counted error, not a crash
+                        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+                        with lock:
+                            state["errors"] += 1
+                            state["first_error"] = state["first_error"] or message
                         continue
                     elapsed_ms = 1000 * (time.perf_counter() - began)
                     with lock:
@@ -571,16 +569,19 @@ def run_load_mode(url, model, requests_inputs: list, args, *, outputs=None, prot
     """
     if args.requests < 1:
         raise SystemExit(f"error: --requests must be >= 1, got {args.requests}")
-    rows = load_test(
-        url,
-        model,
-        requests_inputs,
-        outputs=outputs,
-        concurrency=args.concurrency,
-        requests=args.requests,
-        protocol=protocol or args.protocol,
-        time_limit_s=args.time_limit,
-    )
+    try:
+        rows = load_test(
+            url,
+            model,
+            requests_inputs,
+            outputs=outputs,
+            concurrency=args.concurrency,
+            requests=args.requests,
+            protocol=protocol or args.protocol,
+            time_limit_s=args.time_limit,
+        )
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     print(f"{model} over {protocol or args.protocol} at {url}:")
     print(load_table(rows), flush=True)
     failed = [row for row in rows if row["errors"]]

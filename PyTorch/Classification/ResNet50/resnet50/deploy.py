@@ -2,8 +2,12 @@
 
     python -m resnet50.deploy --repository triton_repo --model resnet50_python --protocol grpc img.jpg dir/
     python -m resnet50.deploy --url 127.0.0.1:8000 --model resnet50_onnx img.jpg   # a server already running
+    python -m resnet50.deploy --repository triton_repo --concurrency 1,4,16 --requests 256 img.jpg  # load
 
-Prints the top-k classes of every image and the served latency (p50/p90/p99 over the requests).
+Prints the top-k classes of every image and the served latency (p50/p90/p99 over the requests, sent
+one at a time over one connection). Load mode (--concurrency) sends the images' requests from that
+many clients at once at each level and prints throughput, p50/p99 latency and errors per level; it
+exits non-zero if any request failed.
 """
 
 from __future__ import annotations
@@ -63,23 +67,47 @@ def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: in
 
     The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``).
     """
-    from zoo.triton import infer, model_io
+    from zoo.triton import TritonClient
 
-    (input_name,), (output_name,) = model_io(url, model, protocol)
     predictions, latencies = [], []
-    for start in range(0, len(images), batch_size):
-        chunk = images[start : start + batch_size]
-        batch = np.stack([preprocess(p, image_size) for p in chunk])
-        began = time.perf_counter()
-        logits = infer(url, model, {input_name: batch}, [output_name], protocol=protocol)[output_name]
-        latencies.append(1000 * (time.perf_counter() - began))
-        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs = shifted / shifted.sum(axis=1, keepdims=True)
-        for path, row in zip(chunk, probs, strict=True):
-            best = np.argsort(-row)[:top_k]
-            names = [class_names[i] if class_names else str(i) for i in best]
-            predictions.append((path, list(zip(names, row[best].tolist(), strict=True))))
+    with TritonClient(url, protocol) as client:
+        (input_name,), (output_name,) = client.model_io(model)
+        for start in range(0, len(images), batch_size):
+            chunk = images[start : start + batch_size]
+            batch = np.stack([preprocess(p, image_size) for p in chunk])
+            began = time.perf_counter()
+            logits = client.infer(model, {input_name: batch}, [output_name])[output_name]
+            latencies.append(1000 * (time.perf_counter() - began))
+            predictions += _top_k(chunk, logits, top_k, class_names)
     return predictions, latencies
+
+
+def load(url: str, model: str, images: list[pathlib.Path], args) -> list[dict]:
+    """Load mode: the images' requests (``args.batch_size`` per request) at each ``args.concurrency``."""
+    from zoo.triton import model_io, run_load_mode
+
+    (input_name,), (output_name,) = model_io(url, model, args.protocol)
+    batches = [
+        {
+            input_name: np.stack(
+                [preprocess(p, args.image_size) for p in images[start : start + args.batch_size]]
+            )
+        }
+        for start in range(0, len(images), args.batch_size)
+    ]
+    return run_load_mode(url, model, batches, args, outputs=[output_name])
+
+
+def _top_k(chunk, logits, top_k, class_names):
+    """[(path, [(class, score), ...])] of each image of ``chunk`` from its logits row."""
+    predictions = []
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs = shifted / shifted.sum(axis=1, keepdims=True)
+    for path, row in zip(chunk, probs, strict=True):
+        best = np.argsort(-row)[:top_k]
+        names = [class_names[i] if class_names else str(i) for i in best]
+        predictions.append((path, list(zip(names, row[best].tolist(), strict=True))))
+    return predictions
 
 
 def report(predictions, latencies, protocol: str, model: str, class_names: list[str] | None = None) -> None:
@@ -102,6 +130,8 @@ def report(predictions, latencies, protocol: str, model: str, class_names: list[
 
 
 def main(argv=None) -> None:
+    from zoo.triton import add_load_args
+
     p = argparse.ArgumentParser(prog="python -m resnet50.deploy", description=__doc__.split("\n")[0])
     p.add_argument("images", nargs="+", help="image files or folders")
     p.add_argument("--repository", default="triton_repo", help="model repository to serve (unless --url)")
@@ -113,14 +143,21 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=1, help="images per request")
     p.add_argument("--classes", default=None, help="text file with one class name per line (label order)")
     p.add_argument("--server-log", default=None, help="write tritonserver's output here")
+    add_load_args(p)
     args = p.parse_args(argv)
     try:
         images = collect_images(args.images)
         names = pathlib.Path(args.classes).read_text().split() if args.classes else None
         kwargs = dict(image_size=args.image_size, protocol=args.protocol, top_k=args.top_k,
                       class_names=names, batch_size=args.batch_size)  # fmt: skip
+
+        def run(url):
+            if args.concurrency:
+                return load(url, args.model, images, args)
+            return classify(url, args.model, images, **kwargs)
+
         if args.url:
-            predictions, latencies = classify(args.url, args.model, images, **kwargs)
+            outcome = run(args.url)
         else:
             from zoo.triton import TritonServer
 
@@ -140,7 +177,7 @@ def main(argv=None) -> None:
                     print(
                         f"tritonserver ready: http {server.http_url}, grpc {server.grpc_url}", file=sys.stderr
                     )
-                    predictions, latencies = classify(url, args.model, images, **kwargs)
+                    outcome = run(url)
             finally:
                 shutil.rmtree(single, ignore_errors=True)
     except RuntimeError as e:  # the server's: its first line names the cause, the rest is the log's tail
@@ -148,7 +185,8 @@ def main(argv=None) -> None:
     except DataError as e:
         message = one_line(e)
         raise SystemExit(message if message.startswith("error:") else f"error: {message}") from None
-    report(predictions, latencies, args.protocol, args.model, names)
+    if not args.concurrency:
+        report(*outcome, args.protocol, args.model, names)
 
 
 if __name__ == "__main__":

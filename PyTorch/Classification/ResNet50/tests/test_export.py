@@ -127,3 +127,43 @@ def test_deploy_names_why_the_model_did_not_load(tmp_path, python_repository):
     last = result.stderr.strip().splitlines()[-1]  # after the "starting tritonserver" progress line
     assert last.startswith("error: tritonserver exited with code 1 while starting: model 'resnet50_python'")
     assert "UNAVAILABLE" in last and "Protobuf parsing failed" in last, last
+
+
+def test_deploy_load_mode_prints_a_table_without_errors(tmp_path, python_repository):
+    import subprocess
+
+    from PIL import Image
+
+    images = []
+    for i, colour in enumerate([(200, 30, 20), (20, 200, 30), (30, 20, 200)]):
+        images.append(tmp_path / f"{i}.png")
+        Image.new("RGB", (40, 48), colour).save(images[-1])
+    command = [
+        "bash",
+        str(MODEL_DIR / "scripts" / "deploy_triton.sh"),
+        "--repository",
+        str(python_repository),
+    ]
+    command += ["--image-size", str(SIZE), "--concurrency", "1,2", "--requests", "8", *map(str, images)]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, env=model_env(PYTHON=sys.executable)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    header = lines.index(
+        next(line for line in lines if line.split()[:3] == ["concurrency", "requests", "errors"])
+    )
+    rows = [line.split() for line in lines[header + 1 :]]
+    assert [row[:3] for row in rows] == [["1", "8", "0"], ["2", "8", "0"]], result.stdout
+    assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows), result.stdout
+
+    # a request the model cannot take (images of the wrong size) fails every request: exit 1, one line
+    wrong = command[:]
+    wrong[wrong.index("--image-size") + 1] = str(SIZE + 8)
+    failed = subprocess.run(
+        wrong, capture_output=True, text=True, timeout=300, env=model_env(PYTHON=sys.executable)
+    )
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert failed.stderr.strip().splitlines()[-1].startswith("error: 16 request(s) failed under load"), (
+        failed.stderr
+    )
