@@ -3,6 +3,9 @@ decode the best span on the client.
 
 Without --url a local tritonserver (zoo.triton) serves the chosen model of the repository; with
 --url an already running server (e.g. the Triton container serving the whole repository) is used.
+Requests go one at a time over one connection. Load mode (--concurrency 1,4,16 --requests N) sends
+the questions' requests from that many clients at once per level, prints throughput, p50/p99
+latency and errors per level, and exits non-zero if any request failed.
 """
 
 from __future__ import annotations
@@ -24,24 +27,33 @@ from bert.tokenization import load_tokenizer
 def answer_through_triton(
     url, model, examples, tokenizer, *, protocol="http", max_seq=384, doc_stride=128, batch=8
 ):
-    """({question id: answer}, per-request latencies in ms)."""
-    from zoo.triton import infer
+    """({question id: answer}, per-request latencies in ms), over one connection."""
+    from zoo.triton import TritonClient
 
     features = make_features(examples, tokenizer, max_seq=max_seq, doc_stride=doc_stride)
     starts, ends, latencies = [], [], []
+    with TritonClient(url, protocol) as client:
+        for inputs in request_inputs(features, batch):
+            length = inputs["input_ids"].shape[1]
+            began = time.perf_counter()
+            out = client.infer(model, inputs, ["start_logits", "end_logits"])
+            latencies.append((time.perf_counter() - began) * 1000)
+            pad = ((0, 0), (0, max_seq - length))
+            starts.append(np.pad(out["start_logits"], pad, constant_values=-1e4))
+            ends.append(np.pad(out["end_logits"], pad, constant_values=-1e4))
+    return best_spans(examples, features, np.concatenate(starts), np.concatenate(ends)), latencies
+
+
+def request_inputs(features, batch: int) -> list[dict]:
+    """The requests of ``batch`` windows each, cut to their longest window (no padding tail is sent)."""
+    requests = []
     for first in range(0, len(features), batch):
         sl = slice(first, first + batch)
-        length = int(features.attention_mask[sl].sum(1).max())  # dynamic sequence axis: send no padding tail
-        inputs = {
-            k: getattr(features, k)[sl, :length] for k in ("input_ids", "token_type_ids", "attention_mask")
-        }
-        began = time.perf_counter()
-        out = infer(url, model, inputs, ["start_logits", "end_logits"], protocol=protocol)
-        latencies.append((time.perf_counter() - began) * 1000)
-        pad = ((0, 0), (0, max_seq - length))
-        starts.append(np.pad(out["start_logits"], pad, constant_values=-1e4))
-        ends.append(np.pad(out["end_logits"], pad, constant_values=-1e4))
-    return best_spans(examples, features, np.concatenate(starts), np.concatenate(ends)), latencies
+        length = int(features.attention_mask[sl].sum(1).max())  # dynamic sequence axis
+        requests.append(
+            {k: getattr(features, k)[sl, :length] for k in ("input_ids", "token_type_ids", "attention_mask")}
+        )
+    return requests
 
 
 def single_model_repository(repo: Path, model: str, into: Path) -> Path:
@@ -53,6 +65,9 @@ def single_model_repository(repo: Path, model: str, into: Path) -> Path:
 
 
 def main(argv=None) -> None:
+    from zoo.bench import percentiles
+    from zoo.triton import add_load_args, run_load_mode
+
     p = argparse.ArgumentParser(prog="python -m bert.deploy", description=__doc__.splitlines()[0])
     p.add_argument("--model-repository", default="results/triton_repository")
     p.add_argument("--model", default="bert_squad_python", help="bert_squad_python or bert_squad_onnx")
@@ -65,6 +80,7 @@ def main(argv=None) -> None:
     p.add_argument("--limit", type=int, default=16, help="questions of --squad-file to answer")
     p.add_argument("--max-seq", type=int, default=384)
     p.add_argument("--doc-stride", type=int, default=128)
+    add_load_args(p)
     args = p.parse_args(argv)
     repo = Path(args.model_repository)
     vocab = Path(args.vocab) if args.vocab else repo / "vocab.txt"
@@ -77,8 +93,16 @@ def main(argv=None) -> None:
         raise SystemExit("give --question and --context, or --squad-file")
     window = dict(protocol=args.protocol, max_seq=args.max_seq, doc_stride=args.doc_stride)
 
+    def run(url):
+        if args.concurrency:
+            features = make_features(examples, tokenizer, max_seq=args.max_seq, doc_stride=args.doc_stride)
+            return run_load_mode(
+                url, args.model, request_inputs(features, 8), args, outputs=["start_logits", "end_logits"]
+            )
+        return answer_through_triton(url, args.model, examples, tokenizer, **window)
+
     if args.url:
-        answers, latencies = answer_through_triton(args.url, args.model, examples, tokenizer, **window)
+        outcome = run(args.url)
     else:
         from zoo.triton import TritonServer
 
@@ -91,14 +115,16 @@ def main(argv=None) -> None:
                     print(
                         f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
                     )
-                    answers, latencies = answer_through_triton(url, args.model, examples, tokenizer, **window)
+                    outcome = run(url)
             except RuntimeError as e:
                 raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    if args.concurrency:
+        return
+    answers, latencies = outcome
     for example in examples:
         print(json.dumps({"id": example.qid, "question": example.question, "answer": answers[example.qid]}))
-    print(
-        f"{len(latencies)} requests, latency p50 {np.percentile(latencies, 50):.1f} ms, p99 {np.percentile(latencies, 99):.1f} ms"
-    )
+    stats = percentiles(latencies, (50, 99))
+    print(f"{len(latencies)} requests, latency p50 {stats['p50']:.1f} ms, p99 {stats['p99']:.1f} ms")
 
 
 if __name__ == "__main__":

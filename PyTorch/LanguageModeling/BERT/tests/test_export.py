@@ -190,3 +190,26 @@ def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(exported, tiny_voca
     assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
     assert run.left_running == [], run.output
     assert run.returncode != 0 and "latency p50" not in run.output, "the signal came after the deploy ended"
+
+
+def test_deploy_load_mode_prints_a_table_without_errors(exported, tiny_vocab, capsys):
+    from bert.deploy import main
+
+    _, _, repo = exported
+    args = [
+        "--model-repository",
+        str(repo),
+        "--vocab",
+        str(tiny_vocab),
+        "--max-seq",
+        "64",
+        "--doc-stride",
+        "24",
+    ]
+    args += ["--question", "Who may copy it?", "--context", "Everyone is permitted to copy verbatim copies."]
+    main([*args, "--concurrency", "1,2", "--requests", "6"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3].split()[:3] == ["concurrency", "requests", "errors"]
+    rows = [line.split() for line in lines[-2:]]
+    assert [row[:3] for row in rows] == [["1", "6", "0"], ["2", "6", "0"]]
+    assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows)
