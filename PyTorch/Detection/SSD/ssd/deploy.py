@@ -5,6 +5,8 @@
 Starts a local tritonserver (zoo.triton; the nvidia-pytriton wheel's binary carries the python
 backend only, so by default just ``ssd300_python`` is served), sends the images, prints the boxes,
 the served latency, and draws PNGs when --output is given. With --url, an already running server is used.
+Load mode (--concurrency 1,4,16 --requests N) sends the images' request from that many clients at once
+per level, prints throughput, p50/p99 latency and errors per level, and exits non-zero if any failed.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ OUTPUTS = ["detection_boxes", "detection_scores", "detection_labels", "num_detec
 
 
 def main(argv=None) -> None:
-    from zoo.triton import TritonServer, infer
+    from zoo.triton import TritonServer, add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("images", nargs="+", help="image files")
@@ -36,11 +38,18 @@ def main(argv=None) -> None:
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--threshold", type=float, default=0.4)
     p.add_argument("--output", help="folder for PNGs with the boxes drawn")
+    add_load_args(p)
     a = p.parse_args(argv)
     pil, batch = load_images(a.images)
     inputs = {"images": batch.numpy().astype(np.float32)}
+
+    def run(url):
+        if a.concurrency:
+            return run_load_mode(url, MODEL, [inputs], a, outputs=OUTPUTS)
+        return timed_infer(url, inputs, a.protocol)
+
     if a.url:
-        out, ms = timed_infer(infer, a.url, inputs, a.protocol)
+        outcome = run(a.url)
     else:
         repo = Path(a.repository)
         if not (repo / MODEL / "config.pbtxt").is_file():
@@ -54,10 +63,12 @@ def main(argv=None) -> None:
                     print(
                         f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
                     )
-                    infer(url, MODEL, inputs, OUTPUTS, protocol=a.protocol)  # warm-up
-                    out, ms = timed_infer(infer, url, inputs, a.protocol)
+                    outcome = run(url)
             except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
                 raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    if a.concurrency:
+        return
+    out, ms = outcome
     print(f"served latency: {ms:.1f} ms for {len(a.images)} image(s) over {a.protocol}", file=sys.stderr)
     for i, path in enumerate(a.images):
         n = int(out["num_detections"][i, 0])
@@ -73,10 +84,15 @@ def main(argv=None) -> None:
             draw(pil[i], det, {}, a.threshold).save(Path(a.output) / (Path(path).stem + ".png"))
 
 
-def timed_infer(infer, url, inputs, protocol):
-    t = time.perf_counter()
-    out = infer(url, MODEL, inputs, OUTPUTS, protocol=protocol)
-    return out, (time.perf_counter() - t) * 1000
+def timed_infer(url, inputs, protocol):
+    """The outputs and latency (ms) of one request, after an untimed warm-up on the same connection."""
+    from zoo.triton import TritonClient
+
+    with TritonClient(url, protocol) as client:
+        client.infer(MODEL, inputs, OUTPUTS)
+        t = time.perf_counter()
+        out = client.infer(MODEL, inputs, OUTPUTS)
+        return out, (time.perf_counter() - t) * 1000
 
 
 if __name__ == "__main__":

@@ -133,3 +133,17 @@ def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(model, tmp_path, si
     assert run.returncode != 0 and "served latency" not in run.output, (
         "the signal came after the deploy ended"
     )
+
+
+def test_deploy_load_mode_prints_a_table_without_errors(model, tmp_path, capsys):
+    from PIL import Image
+    from ssd.deploy import main
+
+    repo = write_repository(model, tmp_path / "repo", max_batch_size=8, instance_kind="KIND_CPU")
+    Image.new("RGB", (320, 240), (40, 120, 200)).save(tmp_path / "blue.png")
+    main(["--repository", str(repo), str(tmp_path / "blue.png"), "--concurrency", "1,2", "--requests", "4"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3].split()[:3] == ["concurrency", "requests", "errors"]
+    rows = [line.split() for line in lines[-2:]]
+    assert [row[:3] for row in rows] == [["1", "4", "0"], ["2", "4", "0"]]
+    assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows)
