@@ -108,3 +108,10 @@ def test_no_repository_paths_at_import_time(model_dir):
         for match in MODULE_LEVEL_PARENTS.finditer(path.read_text())
     ]
     assert not found, found
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet"])
+def test_base_images_install_what_every_training_imports(framework):
+    """Every model's training logs MLPerf events through zoo.mlperf, which needs mlperf-logging."""
+    text = (ROOT / "Dockerfiles" / framework / "Dockerfile").read_text()
+    assert '"mlperf-logging==' in text and "pip install --no-cache-dir --no-deps -e /opt/zoo/common" in text
