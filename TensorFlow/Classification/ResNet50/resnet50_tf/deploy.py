@@ -6,7 +6,10 @@
 Without --url a local tritonserver (the nvidia-pytriton wheel's, or $TRITONSERVER) is started on
 127.0.0.1 and stopped at the end; that server has only the python backend, so the default model is
 resnet50_tf_python. With --url the running server there is used (e.g. NVIDIA's Triton container,
-which also serves resnet50_tf_savedmodel and resnet50_tf_onnx).
+which also serves resnet50_tf_savedmodel and resnet50_tf_onnx). Requests go one at a time over one
+connection. Load mode (--concurrency 1,4,16 --requests N) sends the images' requests from that many
+clients at once per level, prints throughput, p50/p99 latency and errors per level, and exits
+non-zero if any request failed.
 """
 
 from __future__ import annotations
@@ -66,19 +69,22 @@ def read_labels(repo: Path, model: str) -> list[str] | None:
 def classify(
     url: str, model: str, images: np.ndarray, protocol: str, batch_size: int
 ) -> tuple[np.ndarray, list]:
-    """Logits for every image (NCHW), sent in batches; and the latency of each request (ms)."""
-    from zoo.triton import infer
+    """Logits for every image (NCHW), sent in batches over one connection; and each request's latency (ms)."""
+    from zoo.triton import TritonClient
 
     logits, latencies = [], []
-    for start in range(0, len(images), batch_size):
-        t0 = time.perf_counter()
-        out = infer(url, model, {"images": images[start : start + batch_size]}, ["logits"], protocol=protocol)
-        latencies.append(1000 * (time.perf_counter() - t0))
-        logits.append(out["logits"])
+    with TritonClient(url, protocol) as client:
+        for start in range(0, len(images), batch_size):
+            t0 = time.perf_counter()
+            out = client.infer(model, {"images": images[start : start + batch_size]}, ["logits"])
+            latencies.append(1000 * (time.perf_counter() - t0))
+            logits.append(out["logits"])
     return np.concatenate(logits), latencies
 
 
 def main(argv=None) -> dict:
+    from zoo.triton import add_load_args
+
     p = argparse.ArgumentParser(
         prog="deploy_triton.sh",
         description="Serve a Triton model repository (tritonserver) and classify images with tritonclient.",
@@ -93,6 +99,7 @@ def main(argv=None) -> dict:
     p.add_argument("--protocol", choices=["http", "grpc"], default="http")
     p.add_argument("--url", help="use the server at host:port instead of starting one")
     p.add_argument("--python-env", help="venv whose python runs python-backend models (default: this one)")
+    add_load_args(p)
     args = p.parse_args(argv)
     repo = Path(args.model_repository)
     config = repo / args.model / "config.pbtxt"
@@ -101,7 +108,8 @@ def main(argv=None) -> dict:
     if not args.images and not args.data_dir and not args.synthetic:
         raise SystemExit("nothing to classify: pass --images FILE..., --data-dir TFRECORDS or --synthetic")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from zoo.triton import TritonServer, parse_pbtxt
+    from zoo.bench import percentiles
+    from zoo.triton import TritonServer, parse_pbtxt, run_load_mode
 
     image_size = int(parse_pbtxt(config.read_text()).input[0].dims[-1])
     labels = None
@@ -117,10 +125,15 @@ def main(argv=None) -> dict:
     classes = read_labels(repo, args.model) or classes
 
     def run(url):
+        if args.concurrency:
+            batches = [
+                {"images": images[i : i + args.batch_size]} for i in range(0, len(images), args.batch_size)
+            ]
+            return run_load_mode(url, args.model, batches, args, outputs=["logits"])
         return classify(url, args.model, images, args.protocol, args.batch_size)
 
     if args.url:
-        logits, latencies = run(args.url)
+        outcome = run(args.url)
     else:
         import tempfile
 
@@ -132,17 +145,20 @@ def main(argv=None) -> dict:
             with TritonServer(only, python_env=args.python_env) as server:
                 url = server.http_url if args.protocol == "http" else server.grpc_url
                 print(f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr)
-                logits, latencies = run(url)
+                outcome = run(url)
         except RuntimeError as e:
             raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
         finally:
             (only / args.model).unlink()
             only.rmdir()
+    if args.concurrency:
+        return {"load": outcome}
+    logits, latencies = outcome
     top1 = logits.argmax(-1)
     for name, k in zip(names, top1, strict=True):
         print(f"{name}: {classes[k] if classes else k}")
-    result = {"images": len(images), "latency_ms_p50": float(np.percentile(latencies, 50))}
-    result["latency_ms_p99"] = float(np.percentile(latencies, 99))
+    stats = percentiles(latencies, (50, 99))
+    result = {"images": len(images), "latency_ms_p50": stats["p50"], "latency_ms_p99": stats["p99"]}
     if labels is not None:
         result["top1"] = float(100 * np.mean(top1 == labels))
     print(

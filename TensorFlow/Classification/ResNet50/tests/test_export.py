@@ -97,6 +97,20 @@ def test_deploy_script_reports_top1(exported, digits_tfrecords):
     assert result["top1"] == pytest.approx(100 * np.mean(keras_logits.argmax(-1) == labels))
 
 
+def test_deploy_load_mode_counts_requests_without_errors(exported, digits_tfrecords, capsys):
+    from resnet50_tf.deploy import main
+
+    repo = exported[0]
+    args = ["--model-repository", str(repo), "--data-dir", str(digits_tfrecords), "--count", "16"]
+    result = main([*args, "--batch-size", "4", "--concurrency", "1,2", "--requests", "6"])
+    rows = result["load"]
+    assert [(r["concurrency"], r["requests"], r["errors"]) for r in rows] == [(1, 6, 0), (2, 6, 0)]
+    assert all(r["throughput"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] for r in rows)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3].split()[:3] == ["concurrency", "requests", "errors"]
+    assert [line.split()[:3] for line in lines[-2:]] == [["1", "6", "0"], ["2", "6", "0"]]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(exported, sig):
     from zoo.triton import signal_when_serving
