@@ -5,7 +5,9 @@ has no ``pytriton`` (the MXNet venv), ``python -m zoo.triton serve`` runs in ``$
 (default: the checkout's ``.venv/pytorch/bin/python``); python-backend models run in
 ``--python-env`` (default: this venv, which has onnxruntime and numpy). The models take ``images``
 FP32 NCHW and answer ``logits``. The server is stopped however the run ends (its end, an error,
-Ctrl-C, SIGTERM).
+Ctrl-C, SIGTERM). Requests go one at a time over one connection. Load mode (--concurrency 1,4,16
+--requests N) sends the images' requests from that many HTTP clients at once per level, prints
+throughput, p50/p99 latency and errors per level, and exits non-zero if any request failed.
 """
 
 from __future__ import annotations
@@ -149,20 +151,30 @@ def load_images(data_dir: str, image_size: int, count: int) -> tuple[np.ndarray,
 
 
 def classify(url: str, model: str, images: np.ndarray, batch_size: int) -> tuple[np.ndarray, list[float]]:
-    """Logits for ``images`` from the served ``model`` and the latency of each request (ms)."""
-    from zoo.triton import infer
+    """Logits for ``images`` from the served ``model`` (over one connection) and each request's latency (ms)."""
+    from zoo.triton import TritonClient
 
     logits, latencies = [], []
-    for start in range(0, len(images), batch_size):
-        batch = np.ascontiguousarray(images[start : start + batch_size], dtype=np.float32)
-        tic = time.perf_counter()
-        out = infer(url, model, {INPUT_NAME: batch}, [OUTPUT_NAME], protocol="http")[OUTPUT_NAME]
-        latencies.append((time.perf_counter() - tic) * 1000)
-        logits.append(out)
+    with TritonClient(url, "http") as client:
+        for inputs in request_inputs(images, batch_size):
+            tic = time.perf_counter()
+            out = client.infer(model, inputs, [OUTPUT_NAME])[OUTPUT_NAME]
+            latencies.append((time.perf_counter() - tic) * 1000)
+            logits.append(out)
     return np.concatenate(logits), latencies
 
 
+def request_inputs(images: np.ndarray, batch_size: int) -> list[dict]:
+    """One request of ``batch_size`` images (the last one shorter) per dict."""
+    return [
+        {INPUT_NAME: np.ascontiguousarray(images[start : start + batch_size], dtype=np.float32)}
+        for start in range(0, len(images), batch_size)
+    ]
+
+
 def main(argv=None):
+    from zoo.triton import add_load_args, run_load_mode
+
     p = argparse.ArgumentParser(
         prog="deploy_triton.sh",
         description="Serve a Triton model repository (scripts/export_triton.sh) and classify validation images.",
@@ -176,6 +188,7 @@ def main(argv=None):
     p.add_argument("--url", help="query a running server at host:port instead of starting one")
     p.add_argument("--http-port", type=int, help="port for the started server (default: a free one)")
     p.add_argument("--python-env", help="venv running python-backend models (default: this one)")
+    add_load_args(p)
     args = p.parse_args(argv)
 
     image_size = args.image_size or _config_image_size(
@@ -191,6 +204,11 @@ def main(argv=None):
                 http_port=args.http_port,
             )
         )
+        if args.concurrency:
+            batches = request_inputs(images, args.batch_size)
+            return {
+                "load": run_load_mode(url, args.model, batches, args, outputs=[OUTPUT_NAME], protocol="http")
+            }
         logits, latencies = classify(url, args.model, images, args.batch_size)
     from zoo.bench import percentiles
 

@@ -86,6 +86,24 @@ def test_triton_python_backend_gives_gluon_top1(triton_repository, gluon_referen
 @pytest.mark.skipif(
     not SERVER_PYTHON.is_file(), reason="tritonserver comes from nvidia-pytriton in .venv/pytorch"
 )
+def test_deploy_load_mode_counts_requests_without_errors(triton_repository, digits_rec, capsys):
+    from resnet50_mx.deploy import main
+
+    args = ["--model-repository", str(triton_repository), "--data-dir", str(digits_rec)]
+    result = main(
+        [*args, "--num-images", "16", "--batch-size", "4", "--concurrency", "1,2", "--requests", "6"]
+    )
+    rows = result["load"]
+    assert [(r["concurrency"], r["requests"], r["errors"]) for r in rows] == [(1, 6, 0), (2, 6, 0)]
+    assert all(r["throughput"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] for r in rows)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3].split()[:3] == ["concurrency", "requests", "errors"]
+    assert [line.split()[:3] for line in lines[-2:]] == [["1", "6", "0"], ["2", "6", "0"]]
+
+
+@pytest.mark.skipif(
+    not SERVER_PYTHON.is_file(), reason="tritonserver comes from nvidia-pytriton in .venv/pytorch"
+)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(triton_repository, digits_rec, sig):
     from zoo.triton import signal_when_serving
