@@ -5,7 +5,7 @@ MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
 PYTHON="${PYTHON:-python}"
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-  echo "Usage: scripts/deploy_triton.sh [--repository DIR] [--model resnet50_python] [--protocol http|grpc] IMAGE|DIR ..."
+  echo "Usage: scripts/deploy_triton.sh [--repository DIR] [--model resnet50_python] [--protocol http|grpc] [--concurrency 1,4,16 --requests N] IMAGE|DIR ..."
   echo
 fi
 exec "${PYTHON}" -m resnet50.deploy "$@"
