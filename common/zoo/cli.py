@@ -1,4 +1,4 @@
-"""The command-line vocabulary every model's entry points share (docs/ARCHITECTURE.md, "The CLI").
+"""The command-line vocabulary every model's entry points share (docs/ARCHITECTURE.md, "The command line").
 
     parser = argparse.ArgumentParser(prog="python -m resnet50.train", ...)
     add_run_args(parser, default_recipe=DEFAULT_RECIPE)
