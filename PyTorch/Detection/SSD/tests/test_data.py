@@ -8,10 +8,10 @@ import pytest
 import torch
 import torchvision
 from ssd.data import build_loader, collate
-from ssd.download import Archive, prepare_coco
 from ssd.model import SSD300
 from ssd.shapes import make_shapes_coco
 from ssd.train import load_backbone
+from zoo.coco import Archive, prepare_coco
 
 
 @pytest.fixture
