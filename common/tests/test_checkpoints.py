@@ -16,6 +16,7 @@ from zoo.checkpoints import (
     fetch,
     load_registry,
     main,
+    remove_stale_temps,
     sha256_file,
 )
 
@@ -244,6 +245,31 @@ def test_atomic_write_replaces_on_success_and_leaves_nothing_on_error(tmp_path):
         tmp.write_bytes(b"half")
         raise RuntimeError("writer crashed")
     assert not fresh.exists() and not list(tmp_path.glob(".fresh.pt*"))
+
+
+def test_stale_temps_of_a_killed_write_are_removed_and_nothing_else(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    target = tmp_path / "checkpoint.pt"
+    target.write_bytes(b"good")
+    (tmp_path / "notes.tmp").write_bytes(b"the user's")
+    writer = (
+        "import sys, time; from zoo.checkpoints import atomic_write\n"
+        "with atomic_write(sys.argv[1]) as tmp:\n"
+        "    tmp.write_bytes(b'half'); print(tmp, flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(target)], stdout=subprocess.PIPE, text=True)
+    left = proc.stdout.readline().strip()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert os.path.exists(left)  # a kill runs no finally: the temp stays behind
+    assert remove_stale_temps(tmp_path) == [tmp_path / os.path.basename(left)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "notes.tmp"]
+    assert target.read_bytes() == b"good"
+    assert remove_stale_temps(tmp_path / "missing") == []
 
 
 def test_atomic_write_gives_the_permissions_of_a_plain_write(tmp_path):

@@ -282,6 +282,18 @@ def atomic_write(path):
         tmp.unlink(missing_ok=True)
 
 
+def remove_stale_temps(directory) -> list[pathlib.Path]:
+    """Delete the temporary files (``.NAME.XXXXXXXX.tmp``) that :func:`atomic_write` calls of a killed
+    process left in ``directory``; call it at start-up, before the run writes there. Returns them."""
+    directory = pathlib.Path(directory)
+    if not directory.is_dir():
+        return []
+    stale = sorted(p for p in directory.glob(".*.tmp") if p.is_file())
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 def download(
     url, *, sha256=None, size=None, dest=None, cache_dir=None, progress=True, timeout=60, file_format=None
 ) -> pathlib.Path:
