@@ -4,8 +4,10 @@ tritonclient.
     python -m maskrcnn.deploy --repository triton_repo --protocol grpc --output out/ photo.jpg
 
 Starts a local tritonserver (zoo.triton; the nvidia-pytriton wheel's binary carries the python backend
-only, so ``maskrcnn_python`` is served), sends each image, prints the detections and the served
-latency, and draws PNGs when --output is given. With --url, an already running server is used.
+only, so ``maskrcnn_python`` is served), sends each image over one connection, prints the detections
+and the served latency, and draws PNGs when --output is given. With --url, an already running server is
+used. Load mode (--concurrency 1,4,16 --requests N) sends the images' requests from that many clients at
+once per level, prints throughput, p50/p99 latency and errors per level, and exits non-zero if any failed.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ MODEL = "maskrcnn_python"
 
 def main(argv=None) -> None:
     from zoo.cli import parse_args
-    from zoo.triton import TritonServer, infer
+    from zoo.triton import TritonServer, add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(
         prog="python -m maskrcnn.deploy",
@@ -41,10 +43,18 @@ def main(argv=None) -> None:
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--threshold", type=float, default=0.5)
     p.add_argument("--output", help="folder for PNGs with boxes and masks drawn")
+    add_load_args(p)
     a = parse_args(p, argv)
     loaded = [load_image(path) for path in a.images]
+
+    def run(url):
+        if a.concurrency:
+            requests = [{"image": image.numpy().astype(np.float32)} for _, image in loaded]
+            return run_load_mode(url, MODEL, requests, a, outputs=list(OUTPUTS))
+        return serve_all(url, loaded, a.protocol)
+
     if a.url:
-        answers = serve_all(infer, a.url, loaded, a.protocol)
+        answers = run(a.url)
     else:
         repo = Path(a.repository)
         if not (repo / MODEL / "config.pbtxt").is_file():
@@ -60,9 +70,11 @@ def main(argv=None) -> None:
                     print(
                         f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
                     )
-                    answers = serve_all(infer, url, loaded, a.protocol)
+                    answers = run(url)
             except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
                 raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    if a.concurrency:
+        return
     for path, (im, _), (out, ms) in zip(a.images, loaded, answers, strict=True):
         keep = out["scores"] >= a.threshold
         print(f"{path}: {int(keep.sum())} objects >= {a.threshold} ({ms:.1f} ms over {a.protocol})")
@@ -80,14 +92,17 @@ def main(argv=None) -> None:
             )
 
 
-def serve_all(infer, url, loaded, protocol) -> list[tuple[dict, float]]:
-    """(outputs, milliseconds) per image; the first request is also sent once before as warm-up."""
-    infer(url, MODEL, {"image": loaded[0][1].numpy().astype(np.float32)}, list(OUTPUTS), protocol=protocol)
+def serve_all(url, loaded, protocol) -> list[tuple[dict, float]]:
+    """(outputs, milliseconds) per image over one connection; the first image is sent once before as warm-up."""
+    from zoo.triton import TritonClient
+
     answers = []
-    for _, image in loaded:
-        t = time.perf_counter()
-        out = infer(url, MODEL, {"image": image.numpy().astype(np.float32)}, list(OUTPUTS), protocol=protocol)
-        answers.append((out, (time.perf_counter() - t) * 1000))
+    with TritonClient(url, protocol) as client:
+        client.infer(MODEL, {"image": loaded[0][1].numpy().astype(np.float32)}, list(OUTPUTS))
+        for _, image in loaded:
+            began = time.perf_counter()
+            out = client.infer(MODEL, {"image": image.numpy().astype(np.float32)}, list(OUTPUTS))
+            answers.append((out, (time.perf_counter() - began) * 1000))
     return answers
 
 

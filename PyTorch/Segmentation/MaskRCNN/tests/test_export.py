@@ -96,6 +96,27 @@ def test_deploy_serves_the_repository_and_draws(repo, tmp_path, capsys):
     assert Image.open(tmp_path / "out" / "blue.png").size == (150, 120)
 
 
+def test_deploy_load_mode_prints_a_table_without_errors(repo, tmp_path):
+    import subprocess
+
+    from PIL import Image
+
+    images = []
+    for size, colour in (((150, 120), (40, 120, 200)), ((128, 160), (200, 60, 30))):
+        images.append(tmp_path / f"{colour[0]}.png")
+        Image.new("RGB", size, colour).save(images[-1])
+    command = ["bash", str(MODEL_DIR / "scripts" / "deploy_triton.sh"), "--repository", str(repo)]
+    command += ["--concurrency", "1,2", "--requests", "4", *map(str, images)]
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert lines[-3].split()[:3] == ["concurrency", "requests", "errors"], result.stdout
+    rows = [line.split() for line in lines[-2:]]
+    assert [row[:3] for row in rows] == [["1", "4", "0"], ["2", "4", "0"]], result.stdout
+    assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows), result.stdout
+
+
 def test_deploy_stopped_by_sigterm_leaves_no_tritonserver_or_stub(repo, tmp_path):
     from PIL import Image
     from zoo.triton import signal_when_serving
