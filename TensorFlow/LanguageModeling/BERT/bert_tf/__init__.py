@@ -1,0 +1,1 @@
+"""BERT in TensorFlow 2 / Keras: model, Google and PyTorch checkpoints, pretraining, SQuAD, export."""
