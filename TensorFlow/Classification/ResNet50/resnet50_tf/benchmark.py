@@ -51,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from resnet50_tf.distribute import make_runtime
+    from zoo.tf import make_runtime
 
     runtime = make_runtime(args.distribution)
     import tensorflow as tf

@@ -52,7 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from resnet50_tf.distribute import make_runtime
+    from zoo.tf import make_runtime
 
     runtime = make_runtime("auto")
     from resnet50_tf import data

@@ -292,7 +292,7 @@ def main(argv=None) -> dict:
     settings = _settings(recipe)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-    from resnet50_tf.distribute import make_runtime
+    from zoo.tf import make_runtime
 
     runtime = make_runtime(args.distribution)  # before any other TF op
 

@@ -1,4 +1,5 @@
-"""Which tf.distribute strategy a run uses, and where this process sits in the job.
+"""TensorFlow set-up shared by the TensorFlow models: which tf.distribute strategy a run uses, and where
+this process sits in the job (TensorFlow is imported when a function is called, not at import).
 
 - one node: MirroredStrategy over the visible GPUs (all-reduce with NCCL), or the default strategy
   on one device;
@@ -14,14 +15,12 @@ import json
 import os
 from dataclasses import dataclass
 
-import tensorflow as tf
-
 CHOICES = ("auto", "default", "mirrored", "multiworker", "horovod")
 
 
 @dataclass
 class Runtime:
-    strategy: tf.distribute.Strategy
+    strategy: object  # tf.distribute.Strategy
     worker_index: int
     num_workers: int
     kind: str
@@ -55,13 +54,17 @@ def _slurm_world_size() -> int:
     return env.world_size if env.launcher == "slurm" else 1
 
 
-def _communication(gpus: list) -> tf.distribute.experimental.CommunicationOptions:
+def _communication(gpus: list):
+    import tensorflow as tf
+
     impl = tf.distribute.experimental.CommunicationImplementation
     return tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if gpus else impl.RING)
 
 
 def make_runtime(distribution: str = "auto") -> Runtime:
     """Build the strategy; call before any other TensorFlow op (collectives must be configured first)."""
+    import tensorflow as tf
+
     if distribution not in CHOICES:
         raise SystemExit(f"unknown --distribution {distribution!r} (one of {', '.join(CHOICES)})")
     gpus = tf.config.list_physical_devices("GPU")
@@ -96,6 +99,8 @@ def make_runtime(distribution: str = "auto") -> Runtime:
 
 
 def _horovod_runtime(gpus: list) -> Runtime:
+    import tensorflow as tf
+
     try:
         import horovod.tensorflow as hvd
     except ImportError as e:
