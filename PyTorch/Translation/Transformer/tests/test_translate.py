@@ -1,3 +1,8 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -8,6 +13,7 @@ from transformer.export import TRITON_MODEL, export_onnx, write_repository
 from transformer.model import build_model
 from transformer.translate import greedy, translate_ids
 
+MODEL_DIR = Path(__file__).resolve().parents[1]
 TINY = {"d_model": 32, "heads": 4, "ffn": 64, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0}
 
 
@@ -118,3 +124,21 @@ def test_tritonserver_translates_like_pytorch(model_and_source, tmp_path):
     finally:
         server.stop()
     assert served == translate_lines(model, tokenizer, lines, beam=4)
+
+
+def test_deploy_load_mode_prints_a_table_without_errors(model_and_source, tmp_path):
+    model, tokenizer, lines, _ = model_and_source
+    repo = write_repository(model, tmp_path / "repo", tokenizer, beam=4)
+    source = tmp_path / "source.en"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    script = MODEL_DIR / "scripts" / "deploy_triton.sh"
+    command = ["bash", str(script), "--repository", str(repo), "--input", str(source), "--batch", "4"]
+    command += ["--concurrency", "1,2", "--requests", "4"]
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = result.stdout.strip().splitlines()
+    assert printed[-3].split()[:3] == ["concurrency", "requests", "errors"], result.stdout
+    rows = [line.split() for line in printed[-2:]]
+    assert [row[:3] for row in rows] == [["1", "4", "0"], ["2", "4", "0"]], result.stdout
+    assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows), result.stdout

@@ -3,8 +3,12 @@
     python -m transformer.deploy --repository triton_repo --input news.en
     echo "twenty-one , four" | python -m transformer.deploy --repository triton_repo
 
+    python -m transformer.deploy --repository triton_repo --input news.en --concurrency 1,4,16 --requests 64
+
 Starts a local tritonserver (zoo.triton) serving ``transformer_python`` (or uses --url), tokenizes
-with the repository's tokenizer.json, sends one request per batch of lines and prints the translations.
+with the repository's tokenizer.json, sends one request per batch of lines over one connection and
+prints the translations. Load mode (--concurrency) sends those requests from that many clients at once
+per level, prints throughput, p50/p99 latency and errors per level, and exits non-zero if any failed.
 """
 
 from __future__ import annotations
@@ -21,25 +25,37 @@ from transformer.export import TRITON_MODEL
 
 
 def translate_served(url: str, tokenizer, lines: list, protocol: str = "http", batch: int = 16) -> list:
-    """Translations of ``lines`` by the served model (batches of ``batch`` lines, 0-padded)."""
-    from zoo.triton import infer
+    """Translations of ``lines`` by the served model, one request per ``batch`` lines over one connection."""
+    from zoo.triton import TritonClient
 
-    from transformer.data import encode_line
-    from transformer.model import EOS, PAD
+    from transformer.model import EOS
 
     out = []
+    with TritonClient(url, protocol) as client:
+        for inputs in request_inputs(tokenizer, lines, batch):
+            tokens = client.infer(TRITON_MODEL, inputs, ["tokens"])["tokens"]
+            out.extend(tokenizer.decode([int(t) for t in row if t != EOS]) for row in tokens)
+    return out
+
+
+def request_inputs(tokenizer, lines: list, batch: int) -> list[dict]:
+    """The requests for ``lines``: ``{"src_tokens": [n, longest]}`` INT64 of ``batch`` lines each, 0-padded."""
+    from transformer.data import encode_line
+    from transformer.model import PAD
+
+    requests = []
     for start in range(0, len(lines), batch):
         encoded = [encode_line(tokenizer, line) for line in lines[start : start + batch]]
         src = np.full((len(encoded), max(len(e) for e in encoded)), PAD, dtype=np.int64)
         for row, ids in enumerate(encoded):
             src[row, : len(ids)] = ids
-        tokens = infer(url, TRITON_MODEL, {"src_tokens": src}, ["tokens"], protocol=protocol)["tokens"]
-        out.extend(tokenizer.decode([int(t) for t in row if t != EOS]) for row in tokens)
-    return out
+        requests.append({"src_tokens": src})
+    return requests
 
 
 def main(argv=None) -> list:
-    from zoo.triton import TritonServer
+    """The translations (in load mode: ``load_test``'s rows, one per concurrency level)."""
+    from zoo.triton import TritonServer, add_load_args, run_load_mode
 
     from transformer.data import load_tokenizer
 
@@ -54,7 +70,11 @@ def main(argv=None) -> list:
     parser.add_argument("--input", default=None, help="sentences to translate, one per line (default: stdin)")
     parser.add_argument("--url", default=None, help="host:port of a running server (skip starting one)")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    parser.add_argument("--batch", type=int, default=16, help="lines per request (default 16)")
+    add_load_args(parser)
     args = parser.parse_args(argv)
+    if args.batch < 1:
+        raise SystemExit(f"error: --batch must be >= 1, got {args.batch}")
     repo = pathlib.Path(args.repository)
     if not (repo / TRITON_MODEL / "config.pbtxt").is_file():
         raise SystemExit(
@@ -65,8 +85,17 @@ def main(argv=None) -> list:
         raise SystemExit(f"error: {args.input}: no such file")
     text = pathlib.Path(args.input).read_text(encoding="utf-8") if args.input else sys.stdin.read()
     lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise SystemExit(f"error: {args.input or 'stdin'} holds no sentence to translate")
+
+    def run(url):
+        if args.concurrency:
+            requests = request_inputs(tokenizer, lines, args.batch)
+            return run_load_mode(url, TRITON_MODEL, requests, args, outputs=["tokens"])
+        return translate_served(url, tokenizer, lines, args.protocol, args.batch)
+
     if args.url:
-        translations = translate_served(args.url, tokenizer, lines, args.protocol)
+        translations = run(args.url)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(repo / TRITON_MODEL, pathlib.Path(tmp) / TRITON_MODEL)
@@ -77,9 +106,11 @@ def main(argv=None) -> list:
                     print(
                         f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
                     )
-                    translations = translate_served(url, tokenizer, lines, args.protocol)
+                    translations = run(url)
             except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
                 raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    if args.concurrency:
+        return translations
     for line in translations:
         print(line)
     return translations
