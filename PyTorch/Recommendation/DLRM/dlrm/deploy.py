@@ -3,8 +3,11 @@
 
 Starts a local tritonserver (zoo.triton; the nvidia-pytriton wheel's binary carries the python
 backend only, so ``dlrm_python`` is served), sends the first --rows validation rows in requests of
---batch-size, and prints the served AUC and latency. With --url, an already running server is used.
-The hotness of the served model is read from its config (the width of ``sparse``).
+--batch-size over one connection, and prints the served AUC and latency. With --url, an already
+running server is used. The hotness of the served model is read from its config (the width of
+``sparse``). Load mode (--concurrency 1,4,16 --requests N) sends those requests from that many clients
+at once per level, prints throughput, p50/p99 latency and errors per level, and exits non-zero if any
+failed.
 """
 
 from __future__ import annotations
@@ -22,19 +25,20 @@ import numpy as np
 MODEL = "dlrm_python"
 
 
-def score(infer, url, protocol, batches) -> tuple[np.ndarray, float]:
-    """(CTRs of every batch, mean ms per request)."""
+def score(url, protocol, requests: list[dict]) -> tuple[np.ndarray, float]:
+    """(CTRs of every request's rows, mean ms per request), one request at a time over one connection."""
+    from zoo.triton import TritonClient
+
     ctrs, started = [], time.perf_counter()
-    for dense, sparse in batches:
-        ctrs.append(
-            infer(url, MODEL, {"dense": dense, "sparse": sparse}, ["ctr"], protocol=protocol)["ctr"][:, 0]
-        )
-    return np.concatenate(ctrs), (time.perf_counter() - started) * 1000 / max(1, len(batches))
+    with TritonClient(url, protocol) as client:
+        for inputs in requests:
+            ctrs.append(client.infer(MODEL, inputs, ["ctr"])["ctr"][:, 0])
+    return np.concatenate(ctrs), (time.perf_counter() - started) * 1000 / max(1, len(requests))
 
 
 def main(argv=None) -> None:
     from sklearn.metrics import roc_auc_score
-    from zoo.triton import TritonServer, infer, parse_pbtxt
+    from zoo.triton import TritonServer, add_load_args, parse_pbtxt, run_load_mode
 
     from dlrm.data import Split, expand_categorical
 
@@ -47,6 +51,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=256, help="rows per request")
     p.add_argument("--url", help="host:port of a running server (skip starting one)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    add_load_args(p)
     a = p.parse_args(argv)
     if not a.data_dir:
         raise SystemExit("error: give --data-dir (or set DATA_DIR)")
@@ -64,15 +69,21 @@ def main(argv=None) -> None:
     split = Split(a.data_dir, "val")
     labels, dense, cats = split.batch(0, min(a.rows, split.rows))
     sparse = expand_categorical(cats, rows, hotness)
-    batches = [
-        (
-            np.ascontiguousarray(dense[i : i + a.batch_size]),
-            np.ascontiguousarray(sparse[i : i + a.batch_size]),
-        )
+    requests = [
+        {
+            "dense": np.ascontiguousarray(dense[i : i + a.batch_size]),
+            "sparse": np.ascontiguousarray(sparse[i : i + a.batch_size]),
+        }
         for i in range(0, len(labels), a.batch_size)
     ]
+
+    def run(url):
+        if a.concurrency:
+            return run_load_mode(url, MODEL, requests, a, outputs=["ctr"])
+        return score(url, a.protocol, requests)
+
     if a.url:
-        ctrs, ms = score(infer, a.url, a.protocol, batches)
+        outcome = run(a.url)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
@@ -83,9 +94,12 @@ def main(argv=None) -> None:
                     print(
                         f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
                     )
-                    ctrs, ms = score(infer, url, a.protocol, batches)
+                    outcome = run(url)
             except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
                 raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+    if a.concurrency:
+        return
+    ctrs, ms = outcome
     auc = roc_auc_score(labels, ctrs) if len(np.unique(labels)) > 1 else float("nan")
     print(
         f"served {len(labels)} rows over {a.protocol}: AUC {auc:.5f}, {ms:.1f} ms per request of {a.batch_size}"

@@ -1,12 +1,16 @@
 """ONNX export parity and the python-backend model served by the real tritonserver."""
 
+import os
+import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 from dlrm.data import Batches, Split
-from dlrm_testing import TINY, run_module
+from dlrm_testing import MODEL_DIR, TINY, run_module
 
 
 @pytest.fixture(scope="module")
@@ -97,3 +101,25 @@ def test_python_backend_served_by_tritonserver_returns_the_same_ctrs(exported, t
         for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
             out = infer(url, "dlrm_python", {"dense": dense, "sparse": sparse}, ["ctr"], protocol=protocol)
             np.testing.assert_allclose(out["ctr"][:, 0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_deploy_scores_rows_and_its_load_mode_prints_a_table_without_errors(exported, synthetic_dir):
+    repo = exported[0]
+    command = ["bash", str(MODEL_DIR / "scripts" / "deploy_triton.sh"), "--repository", str(repo)]
+    command += ["--data-dir", str(synthetic_dir), "--rows", "256", "--batch-size", "16"]
+    env = {**os.environ, "PYTHON": sys.executable}
+    scored = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    served = re.fullmatch(
+        r"served (\d+) rows over http: AUC ([0-9.]+), [0-9.]+ ms per request of 16", scored.stdout.strip()
+    )
+    assert served and served[1] == "256" and 0 < float(served[2]) < 1, scored.stdout
+
+    command += ["--concurrency", "1,2", "--requests", "8"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = result.stdout.strip().splitlines()
+    assert printed[-3].split()[:3] == ["concurrency", "requests", "errors"], result.stdout
+    rows = [line.split() for line in printed[-2:]]
+    assert [row[:3] for row in rows] == [["1", "8", "0"], ["2", "8", "0"]], result.stdout
+    assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows), result.stdout
