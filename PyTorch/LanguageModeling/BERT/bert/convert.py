@@ -233,6 +233,15 @@ def load_into(model: nn.Module, source: str | Path | dict, *, strict_heads: bool
     """
     state = read_state_dict(source) if not isinstance(source, dict) else source
     state = to_ours(state)
+    found = check_fits(model, state, strict_heads=strict_heads)
+    own = model.state_dict()
+    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
+    return found
+
+
+def check_fits(model: nn.Module, state: dict, *, strict_heads: bool = False) -> dict[str, list]:
+    """CheckpointError unless ``state`` (our names) fits ``model`` (which may live on the meta device:
+    only names and shapes are read); returns the head parameters missing from / unexpected in it."""
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -243,12 +252,11 @@ def load_into(model: nn.Module, source: str | Path | dict, *, strict_heads: bool
             f"checkpoint does not fit the model: missing {bad_missing[:4]}, unexpected {bad_unexpected[:4]}"
         )
     for key, value in state.items():
-        if key in own and own[key].shape != value.shape:
+        if key in own and own[key].shape != tuple(value.shape):
             raise CheckpointError(
                 f"checkpoint {key} has shape {tuple(value.shape)}, model has {tuple(own[key].shape)} "
-                "(wrong --config or vocabulary?)"
+                "(another model size or vocabulary than the recipe's?)"
             )
-    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
     return {"missing": missing, "unexpected": unexpected}
 
 

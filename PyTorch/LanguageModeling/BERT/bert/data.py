@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import os
+import zipfile
 from collections.abc import Iterable
 from multiprocessing import Pool
 from pathlib import Path
@@ -31,6 +32,13 @@ import torch
 from zoo.cli import parse_args as parse_cli_args
 
 FORMAT = "zoo-bert-pretraining/v1"
+# every shard holds these arrays; static masking adds mlm_positions and mlm_labels
+SHARD_FIELDS = ("input_ids", "token_type_ids", "seq_ids", "cls_positions", "nsp_labels")
+STATIC_MASK_FIELDS = ("mlm_positions", "mlm_labels")
+
+
+class ShardError(ValueError):
+    """A shard that cannot be read (cut short, damaged); the message names the file."""
 
 
 @dataclasses.dataclass
@@ -242,6 +250,7 @@ def prepare(
     files = expand_text_paths(inputs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    remove_previous_output(out_dir)
     workers = max(1, min(workers, len(files)))
     jobs = [
         (files[w::workers], str(vocab), str(out_dir), spec, dupe_factor, shard_size, seed, w, pack_window)
@@ -269,6 +278,15 @@ def prepare(
     tmp.write_text(json.dumps(meta, indent=1))
     tmp.replace(out_dir / "metadata.json")
     return meta
+
+
+def remove_previous_output(out_dir: Path) -> None:
+    """Delete what an earlier `prepare` left in out_dir: metadata.json first (the completion marker,
+    so a crash from here on leaves no directory that reads as complete), then its shards and the
+    temporary files of a crashed run."""
+    (out_dir / "metadata.json").unlink(missing_ok=True)
+    for stale in [out_dir / "metadata.json.tmp", *out_dir.glob("shard_*.npz*")]:
+        stale.unlink(missing_ok=True)
 
 
 def _prepare_part(files, vocab, out_dir, spec, dupe_factor, shard_size, seed, part, pack_window):
@@ -354,6 +372,36 @@ class _ShardWriter:
 # --- loading ---------------------------------------------------------------------------------
 
 
+def shard_problem(path: Path, samples: int, arrays: tuple[str, ...]) -> str | None:
+    """Why the shard at ``path`` is not whole, or None: read from its zip directory and array headers
+    only (no data), so that every shard is checked at start-up in moments. A shard cut short loses
+    its zip directory; one that lost rows or arrays disagrees with metadata.json."""
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            members = {Path(info.filename).stem: info for info in archive.infolist()}
+            absent = [name for name in arrays if name not in members]
+            if absent:
+                return f"no {', '.join(absent)} arrays"
+            for name in arrays:
+                info = members[name]
+                if info.header_offset + info.compress_size > size:
+                    return f"array {name} runs past the end of the file"
+                with archive.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape = read_header(f)[0]
+                if not shape or shape[0] != samples:
+                    return f"array {name} has shape {shape}, metadata.json says {samples} samples"
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 class PretrainingData:
     """Shards of one prepared directory, addressed as one stream per epoch.
 
@@ -374,6 +422,15 @@ class PretrainingData:
             raise SystemExit(f"{self.dir} lacks shards {missing[:3]} listed in metadata.json")
         fields = {f.name for f in dataclasses.fields(SampleSpec)}
         self.spec = SampleSpec(**{k: v for k, v in self.meta.items() if k in fields})
+        arrays = SHARD_FIELDS + (STATIC_MASK_FIELDS if self.spec.masking == "static" else ())
+        for shard in self.meta["shards"]:
+            path = self.dir / shard["file"]
+            problem = shard_problem(path, shard["samples"], arrays)
+            if problem:
+                raise SystemExit(
+                    f"error: shard {path} is damaged ({problem}): prepare {self.dir} again "
+                    "(scripts/download_data.sh prepare)"
+                )
         self.specials = Specials(**self.meta["specials"])
         self.sizes = np.array([s["samples"] for s in self.meta["shards"]])
         self.seed = seed
@@ -387,8 +444,12 @@ class PretrainingData:
         if k not in self._cache:
             if len(self._cache) >= 2:
                 self._cache.pop(next(iter(self._cache)))
-            with np.load(self.dir / self.meta["shards"][k]["file"]) as f:
-                self._cache[k] = {name: f[name] for name in f.files}
+            path = self.dir / self.meta["shards"][k]["file"]
+            try:
+                with np.load(path) as f:
+                    self._cache[k] = {name: f[name] for name in f.files}
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+                raise ShardError(f"shard {path} is damaged ({type(e).__name__}: {e})") from None
         return self._cache[k]
 
     def locate(self, epoch: int, position: int) -> tuple[int, int]:
@@ -574,9 +635,12 @@ def add_data_dir(parser: argparse.ArgumentParser, holds: str) -> None:
 
 
 def _wikipedia(args) -> None:
-    from bert.text import WIKIPEDIA_URL, extract_wikipedia
+    from bert.text import EXTRACTION_MARKER, WIKIPEDIA_URL, extract_wikipedia
 
     out = Path(args.data_dir)
+    if (out / "text" / EXTRACTION_MARKER).is_file():  # checked before the dump is fetched again
+        print(f"{out / 'text'} is complete ({EXTRACTION_MARKER} marker): not extracted again")
+        return
     out.mkdir(parents=True, exist_ok=True)
     if args.dump:
         dump = Path(args.dump)

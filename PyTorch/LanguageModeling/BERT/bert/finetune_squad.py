@@ -120,7 +120,7 @@ def build_model(recipe, vocab_size: int, init_checkpoint: str | None) -> BertFor
         try:
             convert.load_into(model, init_checkpoint)
         except CheckpointError as e:
-            raise SystemExit(f"--init-checkpoint: {e}") from None
+            raise SystemExit(f"error: --init-checkpoint {init_checkpoint}: {e}") from None
     return model
 
 
@@ -238,6 +238,10 @@ def main(argv=None) -> dict | None:
     without --do-predict)."""
     args = parse_args(argv)
     recipe = build_recipe(args)
+    # both files are checked before anything is trained or written (a bad dev file is not found after training)
+    train_examples = read_squad(args.train_file)[0] if args.do_train else None
+    if args.do_predict:
+        read_squad(args.predict_file)
     env, device = init_distributed(args.device)
     fast_math(device)
     tokenizer = load_tokenizer(args.vocab)
@@ -265,7 +269,7 @@ def main(argv=None) -> dict | None:
 
     step = 0
     if args.do_train:
-        examples, _ = read_squad(args.train_file)
+        examples = train_examples
         window = dict(
             max_seq=recipe["max_seq"], doc_stride=recipe["doc_stride"], max_query=recipe["max_query"]
         )

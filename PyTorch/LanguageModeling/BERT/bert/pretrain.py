@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from zoo.checkpoints import CheckpointError, atomic_write
+from zoo.checkpoints import CheckpointError, atomic_write, remove_stale_temps
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_cli_args
 from zoo.log import MetricsLogger
@@ -37,7 +37,14 @@ from zoo.torch import (
 )
 
 from bert import convert
-from bert.data import PretrainingBatches, PretrainingData, SampleSpec, SyntheticBatches, collate
+from bert.data import (
+    PretrainingBatches,
+    PretrainingData,
+    SampleSpec,
+    ShardError,
+    SyntheticBatches,
+    collate,
+)
 from bert.lamb import Lamb, lamb_implementation, warmup_poly_schedule
 from bert.model import BertForPreTraining, bert_config, parameter_count, pretraining_loss
 
@@ -226,18 +233,56 @@ def mlm_accuracy(model, batches: list[dict], device, amp: str, env) -> float:
     return float(counts[0] / counts[1].clamp(min=1))
 
 
-def build_model(recipe: dict, vocab_size: int, nsp: bool, init_checkpoint: str | None) -> BertForPreTraining:
+def build_model(recipe: dict, vocab_size: int, nsp: bool, init_state: dict | None) -> BertForPreTraining:
+    """The recipe's model, seeded; ``init_state`` (our names, from :func:`read_start_weights`) loaded."""
     seed_everything(recipe["seed"])
     model = BertForPreTraining(bert_config(recipe["model"], vocab_size=vocab_size))
-    if init_checkpoint:
-        try:
-            convert.load_into(model, init_checkpoint)
-        except CheckpointError as e:
-            raise SystemExit(f"--init-checkpoint: {e}") from None
+    if init_state is not None:
+        convert.load_into(model, init_state)
     if not nsp:  # no next-sentence labels: keep the pooler/NSP weights as they are, out of the optimizer
         model.bert.pooler.requires_grad_(False)
         model.nsp.requires_grad_(False)
     return model
+
+
+def read_start_weights(
+    recipe: dict, vocab_size: int, init_checkpoint, resume_from
+) -> tuple[dict | None, dict | None]:
+    """(``--init-checkpoint``'s weights in our names, the checkpoint to resume), each read once and
+    checked against the recipe's model before the run writes anything: a file that is not BERT, or
+    a BERT of another size or vocabulary, ends in one line naming the flag and the problem."""
+    with torch.device("meta"):  # names and shapes only, no memory
+        reference = BertForPreTraining(bert_config(recipe["model"], vocab_size=vocab_size))
+    init_state = resumed = None
+    if init_checkpoint:
+        try:
+            init_state = convert.to_ours(convert.read_state_dict(init_checkpoint))
+            convert.check_fits(reference, init_state)
+        except CheckpointError as e:
+            raise SystemExit(f"error: --init-checkpoint {init_checkpoint}: {e}") from None
+    if resume_from is not None:
+        try:
+            resumed = torch.load(resume_from, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise SystemExit(
+                f"error: --resume {resume_from} is not a PyTorch checkpoint "
+                f"({type(e).__name__}: {(str(e).splitlines() or [''])[0]})"
+            ) from None
+        absent = [
+            k
+            for k in ("model", "optimizer", "schedule", "step")
+            if not isinstance(resumed, dict) or k not in resumed
+        ]
+        if absent:
+            raise SystemExit(
+                f"error: --resume {resume_from} is not a BERT pretraining checkpoint (no {', '.join(absent)}; "
+                "weights alone go to --init-checkpoint)"
+            )
+        try:
+            convert.check_fits(reference, convert.to_ours(resumed["model"]), strict_heads=True)
+        except CheckpointError as e:
+            raise SystemExit(f"error: --resume {resume_from}: {e}") from None
+    return init_state, resumed
 
 
 def weights_of(recipe: dict, amp: str, env) -> bool:
@@ -283,17 +328,14 @@ def save_checkpoint(path: Path, model, optimizer, schedule, scaler, step: int, r
         torch.save(state, tmp)
 
 
-def load_checkpoint(path: Path, model, optimizer, schedule, scaler) -> int:
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        if state.get("scaler"):  # saved by an fp16 run
-            scaler.load_state_dict(state["scaler"])
-        return int(state["step"])
-    except Exception as e:
-        raise SystemExit(f"cannot resume from {path}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
+def load_checkpoint(state: dict, model, optimizer, schedule, scaler) -> int:
+    """Restore a checkpoint read by :func:`read_start_weights`; returns its step."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    if state.get("scaler"):  # saved by an fp16 run
+        scaler.load_state_dict(state["scaler"])
+    return int(state["step"])
 
 
 def micro_batches(dataset, start: int, count: int, workers: int, pin: bool):
@@ -362,25 +404,41 @@ def main(argv=None) -> None:
         eval_batches, eval_samples = build_eval_batches(args.eval_data_dir or args.data_dir, recipe, env)
     if recipe.get("target_mlm_accuracy") is not None and eval_batches is None:
         raise SystemExit("error: --target-mlm-accuracy needs prepared data (--data-dir), not --synthetic")
+    init_state, resumed = read_start_weights(recipe, vocab_size, args.init_checkpoint, resume_from)
+    if env.is_primary:
+        for stale in remove_stale_temps(results):
+            print(f"removed {stale}, left by a run killed while writing it", flush=True)
     log_path = mlperf_log_path(results, resumed=resume_from is not None, primary=env.is_primary)
     with MLPerfLogger(log_path, "bert", enabled=env.is_primary) as mlperf:
         mlperf.cache_clear(False)  # the record the rules ask for; dropping the page cache needs root
         mlperf.init_start()
         model = train(
             args, recipe, env, device, batches=batches, spec=spec, vocab_size=vocab_size,
-            eval_batches=eval_batches, eval_samples=eval_samples, resume_from=resume_from, mlperf=mlperf,
+            eval_batches=eval_batches, eval_samples=eval_samples, init_state=init_state, resumed=resumed, mlperf=mlperf,
         )  # fmt: skip
     check_replicas_agree(model, env)
     close_distributed()
 
 
 def train(
-    args, recipe, env, device, *, batches, spec, vocab_size, eval_batches, eval_samples, resume_from, mlperf
+    args,
+    recipe,
+    env,
+    device,
+    *,
+    batches,
+    spec,
+    vocab_size,
+    eval_batches,
+    eval_samples,
+    init_state,
+    resumed,
+    mlperf,
 ) -> BertForPreTraining:
-    """Build the model and LAMB, continue ``resume_from`` if given, and train to the recipe's last step,
+    """Build the model (from ``init_state``) and LAMB, continue the ``resumed`` checkpoint if given, and train to the recipe's last step,
     the target MLM accuracy or ``--stop-after``; writes checkpoint.pt, model.pt and the logs."""
     target = recipe.get("target_mlm_accuracy")
-    model = build_model(recipe, vocab_size, spec.nsp, args.init_checkpoint).to(device)
+    model = build_model(recipe, vocab_size, spec.nsp, init_state).to(device)
 
     amp = recipe["amp"]
     bf16_weights = weights_of(recipe, amp, env)
@@ -404,8 +462,8 @@ def train(
     scaler = grad_scaler(device, amp)
 
     step = 0
-    if resume_from is not None:
-        step = load_checkpoint(resume_from, model, optimizer, schedule, scaler)
+    if resumed is not None:
+        step = load_checkpoint(resumed, model, optimizer, schedule, scaler)
     results = Path(args.results_dir)
     checkpoint_path = results / CHECKPOINT_NAME
     if bf16_weights:
@@ -473,7 +531,16 @@ def train(
         torch.manual_seed(recipe["seed"] * 1_000_003 + step * 1009 + env.rank)  # dropout: exact on resume
         step_sequences = 0
         for micro in range(accumulation):
-            batch = next(loader)
+            try:
+                batch = next(loader)
+            except ShardError as e:  # a shard damaged after the start-up check: keep the work done
+                if env.is_primary:
+                    save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
+                cause = str(e).strip().splitlines()[-1].split("ShardError: ", 1)[-1]  # a worker's, too
+                raise SystemExit(
+                    f"error: {cause}; step {step} saved in {checkpoint_path}: prepare the data again, "
+                    "then --resume auto"
+                ) from None
             step_sequences += int(batch.pop("sequences"))  # before the copy: no wait for the device
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             if graphs:

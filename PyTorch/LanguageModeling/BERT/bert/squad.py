@@ -91,26 +91,40 @@ def load_squad_json(path: str | Path) -> list[dict]:
 
 
 def read_squad(path: str | Path) -> tuple[list[Example], list[dict]]:
-    """(examples, raw `data` list) of a SQuAD v1.1 JSON file."""
+    """(examples, raw `data` list) of a SQuAD v1.1 JSON file.
+
+    Every question of SQuAD v1.1 (train and dev) has at least one answer lying inside its context;
+    a question without one, or with an ``answer_start`` whose span runs past the context, is a
+    one-line error naming the question (training would otherwise learn "no answer" from it)."""
     raw = load_squad_json(path)
     examples = []
     try:
         for article in raw:
             for paragraph in article["paragraphs"]:
+                context = paragraph["context"]
                 for qa in paragraph["qas"]:
-                    answer = qa["answers"][0] if qa.get("answers") else None
-                    examples.append(
-                        Example(
-                            qa["id"],
-                            qa["question"],
-                            paragraph["context"],
-                            answer["answer_start"] if answer else None,
-                            answer["text"] if answer else None,
+                    for answer in qa["answers"]:
+                        _check_answer(path, qa["id"], answer, context)
+                    if not qa["answers"]:
+                        raise SystemExit(
+                            f"error: {path}: question {qa['id']} has no answer (SQuAD v1.1 gives each one)"
                         )
+                    answer = qa["answers"][0]
+                    examples.append(
+                        Example(qa["id"], qa["question"], context, answer["answer_start"], answer["text"])
                     )
     except (KeyError, TypeError) as e:
-        raise SystemExit(f"{path} is not a SQuAD v1.1 file: a question lacks {e}") from None
+        raise SystemExit(f"error: {path} is not a SQuAD v1.1 file: a question lacks {e}") from None
     return examples, raw
+
+
+def _check_answer(path, qid: str, answer: dict, context: str) -> None:
+    start, text = answer["answer_start"], answer["text"]
+    if not isinstance(start, int) or start < 0 or start + len(text) > len(context):
+        raise SystemExit(
+            f"error: {path}: question {qid} has answer_start {start!r} with {len(text)} characters, "
+            f"past its context of {len(context)} characters"
+        )
 
 
 @dataclasses.dataclass

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 WIKIPEDIA_URL = "https://dumps.wikimedia.org/enwiki/latest/enwiki-latest-pages-articles.xml.bz2"
+# written into the extraction folder after its last file: a folder without it is unfinished
+EXTRACTION_MARKER = ".complete"
 
 _ABBREVIATIONS = {
     "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e", "no", "fig", "inc",
@@ -61,11 +63,21 @@ def _sentences_of(lines: list[str]) -> list[str]:
 
 
 def expand_text_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given, and every regular file under a given directory (sorted)."""
+    """Files as given, and every regular file under a given directory (sorted; hidden and ``.tmp``
+    files left out). A Wikipedia extraction folder without its completion marker is an error."""
     files: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            files += sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith("."))
+            if is_unfinished_extraction(p):
+                raise SystemExit(
+                    f"error: {p} is an unfinished Wikipedia extraction (no {EXTRACTION_MARKER} marker): "
+                    "run scripts/download_data.sh wikipedia again"
+                )
+            files += sorted(
+                f
+                for f in p.rglob("*")
+                if f.is_file() and not f.name.startswith(".") and not f.name.endswith(".tmp")
+            )
         elif p.is_file():
             files.append(p)
         else:
@@ -153,12 +165,25 @@ def iter_wikipedia_articles(dump: str | Path) -> Iterator[tuple[str, list[str]]]
                 elem.clear()
 
 
+def is_unfinished_extraction(directory: Path) -> bool:
+    """True for a folder that `extract_wikipedia` began and did not finish."""
+    if (directory / EXTRACTION_MARKER).is_file():
+        return False
+    return any(directory.glob("wiki_*.txt")) or any(directory.glob("wiki_*.txt.tmp"))
+
+
 def extract_wikipedia(dump: str | Path, out_dir: str | Path, *, docs_per_file: int = 10000) -> list[Path]:
-    """Write the dump's articles as text files (one sentence per line, blank line between articles)."""
+    """Write the dump's articles as text files (one sentence per line, blank line between articles),
+    then the completion marker. A folder that has the marker is returned as it is; one without it
+    (an extraction killed midway) is emptied of its files and extracted again."""
     from zoo.log import MetricsLogger
 
     out_dir = Path(out_dir)
+    if (out_dir / EXTRACTION_MARKER).is_file():
+        return sorted(out_dir.glob("wiki_*.txt"))
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in [*out_dir.glob("wiki_*.txt"), *out_dir.glob("wiki_*.txt.tmp")]:
+        stale.unlink()
     files: list[Path] = []
     handle, count = None, 0
     with MetricsLogger(desc="wikipedia") as log:
@@ -175,6 +200,7 @@ def extract_wikipedia(dump: str | Path, out_dir: str | Path, *, docs_per_file: i
                 log.progress(count, 1000)
     if handle:
         _finish(handle, files)
+    (out_dir / EXTRACTION_MARKER).write_text(f"{count} articles in {len(files)} files\n")
     return files
 
 

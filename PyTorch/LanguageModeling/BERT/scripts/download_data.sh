@@ -35,7 +35,8 @@ case "$command" in
       exit 2
     fi
     seq=128; [[ "$command" == phase2 ]] && seq=512
-    [[ -d "$out/wikipedia/text" ]] || "${PYTHON:-python}" -m bert.data wikipedia --data-dir "$out/wikipedia"
+    # extracts again unless DIR/wikipedia/text holds the completion marker of a finished extraction
+    "${PYTHON:-python}" -m bert.data wikipedia --data-dir "$out/wikipedia"
     [[ -f "$out/vocab/vocab.txt" ]] || "${PYTHON:-python}" -m bert.data vocab --data-dir "$out/vocab"
     exec "${PYTHON:-python}" -m bert.data prepare --input "$out/wikipedia/text" --vocab "$out/vocab/vocab.txt" \
       --data-dir "$out/$command" --max-seq "$seq"

@@ -187,3 +187,107 @@ def test_bad_inputs_are_one_line_errors(tmp_path, tiny_vocab):
     bad_vocab.write_text("a\nb\n")
     with pytest.raises(SystemExit, match="special tokens"):
         load_tokenizer(bad_vocab)
+
+
+def articles_dump(path, count):
+    pages = "".join(
+        f"<page><title>A{i}</title><ns>0</ns><revision><text>Article number {i} is about a thing. "
+        f"It has two sentences of text here.</text></revision></page>"
+        for i in range(count)
+    )
+    path.write_text(f'<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">{pages}</mediawiki>')
+    return path
+
+
+def test_wikipedia_extraction_killed_midway_is_never_read_and_is_redone(tmp_path, monkeypatch, tiny_vocab):
+    from bert import text as bert_text
+
+    dump = articles_dump(tmp_path / "dump.xml", 23)
+    out = tmp_path / "wiki"
+    articles = bert_text.iter_wikipedia_articles
+
+    def killed_after_twelve(path):
+        for index, article in enumerate(articles(path)):
+            if index == 12:
+                raise KeyboardInterrupt  # as a kill would: the extraction stops between two files
+            yield article
+
+    monkeypatch.setattr(bert_text, "iter_wikipedia_articles", killed_after_twelve)
+    with pytest.raises(KeyboardInterrupt):
+        bert_data.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out), "--docs-per-file", "5"])
+    monkeypatch.undo()
+    left = sorted(p.name for p in (out / "text").iterdir())
+    assert left == ["wiki_00000.txt", "wiki_00001.txt", "wiki_00002.txt.tmp"]  # no marker
+    for use in (
+        lambda: bert_text.expand_text_paths([out / "text"]),
+        lambda: prepare([out / "text"], tiny_vocab, tmp_path / "samples", SampleSpec()),
+    ):
+        with pytest.raises(SystemExit, match=r"text is an unfinished Wikipedia extraction \(no .complete"):
+            use()
+    bert_data.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out), "--docs-per-file", "5"])
+    files = sorted(p.name for p in (out / "text").iterdir())
+    assert files == [".complete"] + [f"wiki_0000{i}.txt" for i in range(5)]
+    documents = list(read_documents(bert_text.expand_text_paths([out / "text"])))
+    assert [d[0] for d in documents] == [f"Article number {i} is about a thing." for i in range(23)]
+    # a finished extraction is kept as it is, without reading the dump again
+    dump.unlink()
+    before = {p: p.stat().st_mtime_ns for p in (out / "text").iterdir()}
+    bert_data.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out)])
+    assert {p: p.stat().st_mtime_ns for p in (out / "text").iterdir()} == before
+
+
+def test_text_inputs_skip_partial_tmp_files(tmp_path):
+    from bert.text import expand_text_paths
+
+    (tmp_path / "a.txt").write_text("One sentence here.\n")
+    (tmp_path / "b.txt.tmp").write_text("A partial file.\n")
+    assert [p.name for p in expand_text_paths([tmp_path])] == ["a.txt"]
+
+
+def test_prepare_removes_what_an_earlier_run_left(tmp_path, english_text, tiny_vocab):
+    out = tmp_path / "samples"
+    out.mkdir()
+    for stale in ("shard_000_00009.npz.tmp.npz", "metadata.json.tmp", "shard_003_00000.npz", "metadata.json"):
+        (out / stale).write_bytes(b"from a crashed run")
+    meta = prepare([english_text / "Apache-2.0"], tiny_vocab, out, SampleSpec(), shard_size=8)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["metadata.json"] + [s["file"] for s in meta["shards"]]
+    )
+    assert len(PretrainingData(out)) == meta["samples"] > 8
+
+
+def rewrite_shard(path, change):
+    with np.load(path) as shard:
+        arrays = {k: shard[k] for k in shard.files}
+    change(arrays)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (
+            lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+            "BadZipFile: File is not a zip file",
+        ),
+        (lambda p: p.write_bytes(b""), "BadZipFile"),
+        (
+            lambda p: rewrite_shard(p, lambda a: a.update(seq_ids=a["seq_ids"][:10])),
+            "array seq_ids has shape",
+        ),
+        (lambda p: rewrite_shard(p, lambda a: a.pop("cls_positions")), "no cls_positions arrays"),
+    ],
+    ids=["cut-in-half", "empty", "rows-lost", "array-lost"],
+)
+def test_damaged_shards_are_named_at_start(tmp_path, packed_data, damage, problem):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(packed_data, data)
+    shard = data / PretrainingData(data).meta["shards"][2]["file"]
+    damage(shard)
+    with pytest.raises(SystemExit) as error:
+        PretrainingData(data)
+    message = str(error.value.code)
+    assert message.startswith(f"error: shard {shard} is damaged (") and problem in message
+    assert message.endswith(f"prepare {data} again (scripts/download_data.sh prepare)")

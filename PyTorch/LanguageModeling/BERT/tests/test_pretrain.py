@@ -194,11 +194,11 @@ def test_bad_inputs_are_one_line_errors(tmp_path, packed_data):
         run(tmp_path, tmp_path / "r")
     with pytest.raises(SystemExit, match="holds 128-token samples"):
         run(packed_data, tmp_path / "r", "--max-seq", "512")
-    with pytest.raises(SystemExit, match="init-checkpoint: checkpoint .* does not exist"):
+    with pytest.raises(SystemExit, match="init-checkpoint .*none.pt: checkpoint .* does not exist"):
         run(packed_data, tmp_path / "r", "--init-checkpoint", str(tmp_path / "none.pt"))
     (tmp_path / "r2").mkdir()
     (tmp_path / "r2" / "checkpoint.pt").write_bytes(b"truncated")
-    with pytest.raises(SystemExit, match="cannot resume"):
+    with pytest.raises(SystemExit, match="--resume .*checkpoint.pt is not a PyTorch checkpoint"):
         run(packed_data, tmp_path / "r2", "--resume", "auto")
     assert (tmp_path / "r2" / "checkpoint.pt").read_bytes() == b"truncated"
     with pytest.raises(SystemExit, match="--resume missing.pt: no such checkpoint"):
@@ -213,6 +213,65 @@ def test_bad_inputs_are_one_line_errors(tmp_path, packed_data):
         run(packed_data, tmp_path / "r", "--set", "compile=fastest")
     with pytest.raises(SystemExit, match="optimizer.implementation: unknown LAMB implementation 'fastest'"):
         run(packed_data, tmp_path / "r", "--set", "optimizer.implementation=fastest")
+
+
+def resnet_like_checkpoint(path, **training_state):
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8))
+    torch.save({"model": conv.state_dict(), **training_state}, path)
+    return str(path)
+
+
+def test_another_models_checkpoint_is_a_one_line_error_that_writes_nothing(tmp_path, packed_data):
+    results = tmp_path / "r"
+    resnet = resnet_like_checkpoint(tmp_path / "resnet.pt", epoch=3)
+    with pytest.raises(
+        SystemExit, match=r"^error: --init-checkpoint .*resnet.pt: not a BERT state dict: first"
+    ):
+        run(packed_data, results, "--init-checkpoint", resnet)
+    with pytest.raises(
+        SystemExit, match="resnet.pt is not a BERT pretraining checkpoint .no optimizer, sched"
+    ):
+        run(packed_data, results, "--resume", resnet)
+    full = resnet_like_checkpoint(tmp_path / "full.pt", optimizer={}, schedule={}, step=5)
+    with pytest.raises(SystemExit, match=r"--resume .*full.pt: not a BERT state dict"):
+        run(packed_data, results, "--resume", full)
+    # a BERT of another size: the recipe's bert-tiny (hidden 64) against a wider one's weights
+    from bert.model import BertForPreTraining, bert_config
+
+    wide = BertForPreTraining(bert_config("bert-tiny", vocab_size=1000, hidden_size=128))
+    torch.save({"model": wide.state_dict()}, tmp_path / "wide.pt")
+    with pytest.raises(SystemExit, match=r"checkpoint bert\S* has shape \(.*128\), model has \(.*64\)"):
+        run(packed_data, results, "--init-checkpoint", str(tmp_path / "wide.pt"))
+    assert not results.exists()  # checked before the run writes anything
+
+
+def test_a_shard_damaged_during_the_run_saves_the_step_and_names_the_shard(tmp_path, packed_data):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(packed_data, data)
+    meta = json.loads((data / "metadata.json").read_text())
+    damaged = data / meta["shards"][1]["file"]
+    payload = bytearray(damaged.read_bytes())
+    payload[1000:1100] = bytes(b ^ 0xFF for b in payload[1000:1100])  # same size: passes the start-up check
+    damaged.write_bytes(payload)
+    results = tmp_path / "r"
+    with pytest.raises(SystemExit) as error:
+        run(data, results, "--steps", "60", "--log-every", "100", "--eval-every", "100")
+    message = str(error.value.code)
+    assert "\n" not in message and f"shard {damaged} is damaged (BadZipFile: Bad CRC-32" in message
+    saved = torch.load(results / "checkpoint.pt", weights_only=True)["step"]
+    assert 0 < saved < 60 and f"step {saved} saved in {results / 'checkpoint.pt'}" in message
+
+
+def test_stale_temporary_files_of_a_killed_run_are_removed_at_start(tmp_path, packed_data):
+    results = tmp_path / "r"
+    results.mkdir()
+    (results / ".checkpoint.pt.k3x9q1.tmp").write_bytes(b"half a checkpoint")
+    (results / ".model.pt.a8b2c3.tmp").write_bytes(b"half a model")
+    run(packed_data, results, "--steps", "1")
+    assert not list(results.glob(".*.tmp"))
+    assert (results / "checkpoint.pt").is_file()
 
 
 @pytest.mark.parametrize(

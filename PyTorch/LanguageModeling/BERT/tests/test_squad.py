@@ -166,3 +166,56 @@ def test_bad_squad_inputs_are_one_line_errors(tmp_path, tiny_vocab):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(SystemExit, match="not a SQuAD JSON"):
         read_squad(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize(
+    "answers, message",
+    [
+        ([], "question q7 has no answer"),
+        (
+            [{"text": "far", "answer_start": 200}],
+            "question q7 has answer_start 200 with 3 characters, past its context of 30",
+        ),
+        (
+            [{"text": "quick brown fox", "answer_start": 20}],
+            "answer_start 20 with 15 characters, past its context",
+        ),
+        ([{"text": "quick", "answer_start": 4}, {"text": "x", "answer_start": -1}], "answer_start -1"),
+    ],
+    ids=["no-answer", "start-past-context", "span-past-context", "second-answer-negative"],
+)
+def test_questions_without_an_answer_inside_the_context_are_one_line_errors(tmp_path, answers, message):
+    # SQuAD v1.1 (train and dev) gives every question an answer inside its context: anything else is
+    # a damaged file, stopped before training learns "no answer" from it
+    context = "The quick brown fox jumps far."
+    assert len(context) == 30
+    paragraph = {"context": context, "qas": [{"id": "q7", "question": "Who jumps?", "answers": answers}]}
+    path = tmp_path / "train-v1.1.json"
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [paragraph]}]}))
+    with pytest.raises(SystemExit) as error:
+        read_squad(path)
+    assert str(error.value.code).startswith(f"error: {path}: ") and message in str(error.value.code)
+    assert "\n" not in str(error.value.code)
+    paragraph["qas"][0]["answers"] = [{"text": "quick brown fox", "answer_start": 4}]
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [paragraph]}]}))
+    examples, _ = read_squad(path)
+    assert [(e.answer_start, e.answer_text) for e in examples] == [(4, "quick brown fox")]
+
+
+def test_fine_tuning_checks_both_files_before_it_writes(tmp_path, tiny_vocab):
+    data = tmp_path / "squad"
+    data.mkdir()
+    good = {"context": "The quick brown fox.", "qas": [{"id": "q1", "question": "Who?", "answers": []}]}
+    (data / "train-v1.1.json").write_text(json.dumps({"data": [{"title": "t", "paragraphs": [good]}]}))
+    good["qas"][0]["answers"] = [{"text": "fox", "answer_start": 16}]
+    (data / "dev-v1.1.json").write_text(json.dumps({"data": [{"title": "t", "paragraphs": [good]}]}))
+    results = tmp_path / "r"
+    common = ["--vocab", str(tiny_vocab), "--data-dir", str(data), "--results-dir", str(results)]
+    with pytest.raises(SystemExit, match="train-v1.1.json: question q1 has no answer"):
+        finetune_squad.main([*common, "--do-train", "--do-predict"])
+    (data / "train-v1.1.json").write_text((data / "dev-v1.1.json").read_text())
+    good["qas"][0]["answers"] = [{"text": "fox", "answer_start": 18}]  # runs past the 20 characters
+    (data / "dev-v1.1.json").write_text(json.dumps({"data": [{"title": "t", "paragraphs": [good]}]}))
+    with pytest.raises(SystemExit, match="dev-v1.1.json: question q1 has answer_start 18 with 3 characters"):
+        finetune_squad.main([*common, "--do-train", "--do-predict"])
+    assert not results.exists()
