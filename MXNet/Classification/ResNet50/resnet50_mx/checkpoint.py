@@ -116,8 +116,11 @@ def resolve(checkpoint: str, cache_dir=None) -> tuple[Path, dict]:
             path / "latest.json" if (path / "latest.json").is_file() else path / "checkpoints" / "latest.json"
         )
     if path.suffix == ".json" and path.is_file():
-        meta = json.loads(path.read_text())
-        return path.parent / meta["params"], meta
+        try:
+            meta = json.loads(path.read_text())
+            return path.parent / meta["params"], meta
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+            raise SystemExit(f"error: {path} is not an MXNet ResNet-50 training checkpoint") from None
     if path.is_file():
         if path.suffix == ".zip":
             return extract_gluoncv_zip(path), meta

@@ -9,12 +9,13 @@ what makes a resumed run equal an unbroken one.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import mxnet as mx
 import numpy as np
+
+from .records import record_paths
 
 # ImageNet statistics of RGB pixels in [0, 255].
 MEAN_RGB = (123.68, 116.779, 103.939)
@@ -43,20 +44,6 @@ class DataSpec:
     # validation resize/interpolation/mean/std of a registry checkpoint (zoo.checkpoints.Preprocessing;
     # its crop is image_size); None: resize image_size / 0.875, bilinear, MEAN_RGB/STD_RGB
     val_preprocessing: object | None = None
-
-
-def record_paths(data_dir: str | os.PathLike, split: str) -> tuple[Path, Path]:
-    """``<data_dir>/<split>.rec`` and its ``.idx``; a one-line error when either is missing."""
-    root = Path(data_dir)
-    if not root.is_dir():
-        raise SystemExit(f"data dir {root} does not exist")
-    rec, idx = root / f"{split}.rec", root / f"{split}.idx"
-    for path in (rec, idx):
-        if not path.is_file():
-            raise SystemExit(
-                f"data dir {root} has no {path.name} (make it with scripts/download_data.sh --image-folder DIR)"
-            )
-    return rec, idx
 
 
 def count_records(idx_path: Path) -> int:
@@ -264,11 +251,3 @@ def build_loader(spec: DataSpec, *, train: bool, epoch: int, seed: int, ctx: mx.
     return DaliLoader(
         spec, train=train, seed=epoch_seed, device_id=device_id, gpu_decode=spec.backend == "dali-gpu"
     )
-
-
-def read_classes(data_dir: str | os.PathLike | None) -> list[str] | None:
-    """Class names from ``classes.txt`` (written by the RecordIO conversion), index = line number."""
-    if data_dir is None:
-        return None
-    path = Path(data_dir) / "classes.txt"
-    return path.read_text().split() if path.is_file() else None

@@ -46,6 +46,7 @@ def evaluate(net, loader, ctx, progress=None) -> dict:
 def main(argv=None):
     from .checkpoint import load_for_inference
     from .data import BACKENDS, DataSpec, build_loader, val_transform
+    from .records import check_dataset, require_classes
     from .train import parse_gpus
 
     p = argparse.ArgumentParser(prog="evaluate.sh", description="Top-1/top-5 of a ResNet-50 v1.5 checkpoint.")
@@ -65,8 +66,13 @@ def main(argv=None):
     p.add_argument("--gpus", help="GPU count or comma list of ids (empty: CPU)")
     p.add_argument("--threads", type=int, default=4, help="decode threads")
     args = parse_args(p, argv)
+    for flag in ("batch_size", "image_size", "num_classes", "threads"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
     if not args.data_dir:
         raise SystemExit("error: no validation data: pass --data-dir or set DATA_DIR")
+    checked = check_dataset(args.data_dir, ["val"], threads=args.threads)
 
     gpus = parse_gpus(args.gpus)
     ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
@@ -77,6 +83,13 @@ def main(argv=None):
     if args.amp != "fp32":  # before the network is built: AMP rewrites the operator namespaces
         mx_amp.init(target_dtype="float16" if args.amp == "fp16" else "bfloat16")
     net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes, ctx=ctx)
+    require_classes(
+        args.data_dir,
+        checked,
+        meta["num_classes"],
+        f"checkpoint {args.checkpoint}",
+        "evaluate a checkpoint on data of the classes it was trained on",
+    )
     net.hybridize(static_alloc=True)
     image_size = args.image_size or meta.get("image_size", 224)
     spec = DataSpec(

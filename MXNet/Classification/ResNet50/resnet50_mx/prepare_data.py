@@ -1,6 +1,8 @@
 """Turn an image-folder dataset (``train/<class>/*.jpg``, ``val/<class>/*.jpg``) into RecordIO.
 
-Writes ``<out>/train.rec|idx``, ``<out>/val.rec|idx`` and ``<out>/classes.txt``. Packing is done by
+Writes ``<out>/train.rec|idx``, ``<out>/val.rec|idx``, ``<out>/classes.txt`` and, once every packed
+image has been decoded back (records.verify_dataset), ``<out>/manifest.json``: runs trust the files it
+lists and skip their decode pass. ``--verify`` does that last step alone for a folder made elsewhere. Packing is done by
 ``im2rec`` as shipped in the MXNet wheel (``mxnet/tools/im2rec.py``); the image lists are written here so
 that class ids follow the sorted class-folder names of ``train/`` for both splits.
 """
@@ -16,6 +18,8 @@ import sys
 from pathlib import Path
 
 from zoo.cli import parse_args
+
+from .records import verify_dataset
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png")
 
@@ -121,6 +125,7 @@ def convert(
         )
         print(f"{split}: {counts[split]} images -> {out / (split + '.rec')}", file=sys.stderr)
     (out / "classes.txt").write_text("\n".join(classes) + "\n")
+    verify_dataset(out, threads=threads)
     return counts
 
 
@@ -129,7 +134,7 @@ def main(argv=None):
         prog="download_data.sh",
         description="Prepare ImageNet (or any image-folder dataset) as RecordIO for ResNet-50 in MXNet.",
     )
-    src = parser.add_mutually_exclusive_group(required=True)
+    src = parser.add_mutually_exclusive_group()
     src.add_argument("--image-folder", help="folder with train/<class>/*.jpg and val/<class>/*.jpg")
     src.add_argument(
         "--imagenet-tars",
@@ -150,7 +155,23 @@ def main(argv=None):
     parser.add_argument("--quality", type=int, default=95, help="JPEG quality of the stored images")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="im2rec worker processes")
     parser.add_argument("--image-size", type=int, default=32, help="--digits: image side")
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="alone: decode every image of DATA_DIR's .rec files and write manifest.json, which runs trust "
+        "(preparing does this too)",
+    )
     args = parse_args(parser, argv, renamed={"--out": "--data-dir"})
+    for flag in ("threads", "image_size", "quality"):
+        if getattr(args, flag) < 1:
+            raise SystemExit(
+                f"error: --{flag.replace('_', '-')} must be a positive integer, not {getattr(args, flag)}"
+            )
+    if not (args.image_folder or args.imagenet_tars or args.digits or args.synthetic):
+        if not args.verify:
+            parser.error("give one of --image-folder, --imagenet-tars, --digits, --synthetic or --verify")
+        verify_dataset(args.data_dir, threads=args.threads)
+        return
     if args.synthetic:
         print("synthetic data needs no preparation: scripts/train.sh --data-backend synthetic")
         return

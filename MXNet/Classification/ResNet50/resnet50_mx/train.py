@@ -27,12 +27,14 @@ from pathlib import Path
 import mxnet as mx
 from mxnet import autograd, gluon
 from mxnet.contrib import amp as mx_amp
+from zoo.checkpoints import remove_stale_temps
 from zoo.cli import AMP_CHOICES, add_run_args, add_target_arg, parse_args, resolve_resume
 from zoo.cli import recipe_from_args as recipe_from_cli
 
-from .data import BACKENDS, DataSpec, build_loader, count_records, read_classes, record_paths
+from .data import BACKENDS, DataSpec, build_loader
 from .evaluate import evaluate
 from .model import LAYOUTS, build_model, count_parameters
+from .records import check_dataset, read_classes, require_classes
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 DEFAULT_RECIPE = CONFIG_DIR / "resnet50_1gpu_90ep.yaml"
@@ -145,15 +147,42 @@ def read_checkpoint_state(path: str | os.PathLike) -> tuple[Path, dict]:
             path / "latest.json" if (path / "latest.json").is_file() else path / "checkpoints" / "latest.json"
         )
     if not path.is_file():
-        raise SystemExit(f"no checkpoint to resume at {path}")
+        raise SystemExit(f"error: no checkpoint to resume at {path}")
     try:
         state = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise SystemExit(f"checkpoint state {path} is not valid JSON: {e}") from None
-    for key in ("epoch", "step", "params", "states"):
-        if key not in state:
-            raise SystemExit(f"checkpoint state {path} lacks '{key}'")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise SystemExit(
+            f"error: {path} is not an MXNet ResNet-50 training checkpoint (--resume takes a results folder "
+            "or its checkpoints/epoch_NNN.json)"
+        ) from None
+    missing = [
+        key
+        for key in ("epoch", "step", "params", "states")
+        if not isinstance(state, dict) or key not in state
+    ]
+    if missing:
+        raise SystemExit(f"error: {path} is not an MXNet ResNet-50 training checkpoint (no '{missing[0]}')")
     return path.parent, state
+
+
+def check_resume_fits(folder: Path, state: dict, *, num_classes: int, layout: str) -> None:
+    """A one-line error, before anything is written, when the checkpoint is not this run's network."""
+    from .checkpoint import read_params
+
+    for key, ours in (("num_classes", num_classes), ("layout", layout)):
+        if key in state and state[key] != ours:
+            raise SystemExit(
+                f"error: cannot resume from {folder}: it has {key} {state[key]}, this run {ours} "
+                "(use the checkpoint's recipe, or --resume none)"
+            )
+    for name in ("params", "states"):
+        if not (folder / state[name]).is_file():
+            raise SystemExit(f"error: cannot resume from {folder}: {state[name]} is missing")
+    found = int(read_params(folder / state["params"])["fc.weight"].shape[0])
+    if found != num_classes:
+        raise SystemExit(
+            f"error: cannot resume from {folder}: its weights have {found} classes, this run {num_classes}"
+        )
 
 
 # ----------------------------------------------------------------------------- MLPerf log
@@ -188,6 +217,27 @@ def log_mlperf_settings(mlperf, recipe: dict, *, seed, global_batch, base_lr, tr
 
 
 # ----------------------------------------------------------------------------- the run
+def check_data(spec: DataSpec, evaluating: bool) -> dict:
+    """Check the RecordIO files the run reads (records.check_dataset) and that the recipe's class count
+    is the data's; returns what was found per split ({} for synthetic data)."""
+    if spec.backend == "synthetic":
+        return {}
+    if spec.data_dir is None:
+        raise SystemExit(
+            f"error: --data-backend {spec.backend} needs --data-dir (or use --data-backend synthetic)"
+        )
+    splits = ["train", "val"] if evaluating else ["train"]
+    checked = check_dataset(spec.data_dir, splits, threads=spec.threads)
+    require_classes(
+        spec.data_dir,
+        checked,
+        spec.num_classes,
+        "the recipe (model.num_classes, --num-classes)",
+        "pass --num-classes {count}",
+    )
+    return checked
+
+
 def build_trainer(net, recipe: dict, procs: Processes, amp: str, base_lr: float):
     opt = recipe["optimizer"]
     params = net.collect_params()
@@ -293,32 +343,39 @@ def run(recipe: dict, args) -> dict:
         # Must precede building the network: AMP rewrites the operator namespaces.
         mx_amp.init(target_dtype="float16" if amp == "fp16" else "bfloat16")
 
+    data_cfg, model_cfg, sched = recipe["data"], recipe["model"], recipe["schedule"]
+    spec = DataSpec(
+        backend=data_cfg["backend"],
+        data_dir=data_cfg.get("dir"),
+        batch_size=int(data_cfg["batch_size"]) * len(ctx),
+        image_size=int(data_cfg["image_size"]),
+        num_classes=int(model_cfg["num_classes"]),
+        num_parts=procs.world,
+        part_index=procs.rank,
+        threads=int(data_cfg.get("threads", 4)),
+        synthetic_batches=int(data_cfg.get("synthetic_batches", 20)),
+        layout=model_cfg.get("input_layout", "NCHW"),
+        random_resized_crop=bool(data_cfg.get("random_resized_crop", True)),
+        min_random_area=float(data_cfg.get("min_random_area", 0.08)),
+        mirror=bool(data_cfg.get("mirror", True)),
+    )
+    evaluating = recipe.get("evaluate", True) and spec.backend != "synthetic"
+    # Everything a run reads is checked before it writes anything: the data (the C++ reader would
+    # crash on a bad record), its class count, the checkpoint it continues.
+    checked = check_data(spec, evaluating)
     results = Path(recipe["results_dir"])
     resume_state = read_checkpoint_state(recipe["resume"]) if recipe.get("resume") else None
+    if resume_state:
+        check_resume_fits(*resume_state, num_classes=spec.num_classes, layout=model_cfg.get("layout", "NCHW"))
     resumed_after = resume_state[1]["epoch"] if resume_state else 0
     mlperf_log = mlperf_log_path(results, resumed_after)
     if procs.primary:
         mlperf_log.unlink(missing_ok=True)  # a run started over (or resumed again) replaces its job's log
+        remove_stale_temps(checkpoint_dir(results))  # a checkpoint write killed midway left these
     with MLPerfLogger(mlperf_log, "resnet", enabled=procs.primary) as mlperf:
         mlperf.cache_clear(False)  # the page cache is not dropped: the first epoch may read from it
         mlperf.init_start()
-        data_cfg, model_cfg, sched = recipe["data"], recipe["model"], recipe["schedule"]
         seed = int(recipe.get("seed", 0))
-        spec = DataSpec(
-            backend=data_cfg["backend"],
-            data_dir=data_cfg.get("dir"),
-            batch_size=int(data_cfg["batch_size"]) * len(ctx),
-            image_size=int(data_cfg["image_size"]),
-            num_classes=int(model_cfg["num_classes"]),
-            num_parts=procs.world,
-            part_index=procs.rank,
-            threads=int(data_cfg.get("threads", 4)),
-            synthetic_batches=int(data_cfg.get("synthetic_batches", 20)),
-            layout=model_cfg.get("input_layout", "NCHW"),
-            random_resized_crop=bool(data_cfg.get("random_resized_crop", True)),
-            min_random_area=float(data_cfg.get("min_random_area", 0.08)),
-            mirror=bool(data_cfg.get("mirror", True)),
-        )
         global_batch = spec.batch_size * procs.world
         base_lr = float(recipe["optimizer"]["lr_per_256"]) * global_batch / 256
 
@@ -367,7 +424,6 @@ def run(recipe: dict, args) -> dict:
                 f"amp {amp}, kvstore {procs.kv.type if procs.kv else 'none'}, {steps_per_epoch} steps/epoch",
                 file=sys.stderr,
             )
-        evaluating = recipe.get("evaluate", True) and spec.backend != "synthetic"
         log_mlperf_settings(
             mlperf,
             recipe,
@@ -375,7 +431,7 @@ def run(recipe: dict, args) -> dict:
             global_batch=global_batch,
             base_lr=base_lr,
             train_samples=first.num_samples,
-            eval_samples=count_records(record_paths(spec.data_dir, "val")[1]) if evaluating else None,
+            eval_samples=checked["val"].records if evaluating else None,
         )
         mlperf.init_stop()
         mlperf.run_start()
@@ -527,6 +583,10 @@ def recipe_from_args(args) -> dict:
             "target_top1": "target_top1",
         },
     )
+    for flag in ("steps_per_epoch", "stop_after"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
     target = recipe.get("target_top1")
     if target is not None and not 1 < float(target) <= 100:
         raise SystemExit(f"error: --target-top1 is a percentage in (1, 100], e.g. 75.9; got {target}")

@@ -45,7 +45,10 @@ def test_resume_equals_unbroken_run(tmp_path, digits_rec):
     _short_run(tmp_path / "unbroken", digits_rec)
     _short_run(tmp_path / "resumed", digits_rec, "--stop-after", 1)
     assert not (tmp_path / "resumed" / "checkpoints" / "epoch_001.params").exists()
+    stale = tmp_path / "resumed" / "checkpoints" / ".epoch_001.params.k2x9q1.tmp"
+    stale.write_bytes(b"half of a checkpoint written when the job was killed")
     _short_run(tmp_path / "resumed", digits_rec, "--resume", "auto")
+    assert not stale.exists()  # removed at start
     a = mx.nd.load(str(tmp_path / "unbroken" / "final.params"))
     b = mx.nd.load(str(tmp_path / "resumed" / "final.params"))
     assert sorted(a) == sorted(b)
