@@ -107,10 +107,14 @@ def _apply_kernel(
         count = tl.load(num_chunks + t)
         sum_u = tl.zeros([REDUCE_BLOCK], dtype=tl.float32)
         sum_p = tl.zeros([REDUCE_BLOCK], dtype=tl.float32)
-        for j in range(0, count, REDUCE_BLOCK):
+        # a while loop, not range(0, count, ...): Triton's interpreter holds scalars as 1-element
+        # arrays, which numpy 2 no longer turns into a range bound; compiled, both are one scf loop
+        j = 0
+        while j < count:
             k = j + tl.arange(0, REDUCE_BLOCK)
             sum_u += tl.load(part_u + first + k, mask=k < count, other=0.0)
             sum_p += tl.load(part_p + first + k, mask=k < count, other=0.0)
+            j += REDUCE_BLOCK
         u_norm = tl.sqrt(tl.sum(sum_u, axis=0))
         p_norm = tl.sqrt(tl.sum(sum_p, axis=0))
         ratio = tl.where((u_norm > 0) & (p_norm > 0), p_norm / u_norm, 1.0)
