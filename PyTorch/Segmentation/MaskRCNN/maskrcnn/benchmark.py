@@ -5,8 +5,12 @@
     python -m maskrcnn.benchmark --mode both --batch-size 8 --amp bf16 --output bench.json
     python -m maskrcnn.benchmark --smoke --device cpu        # tiny sizes on a CPU: checks the path
 
-"ours" is the recipe's model (``--recipe``, default the 1-GPU COCO recipe) built by maskrcnn.model;
-its train step is the one maskrcnn.train runs (forward with losses, backward, SGD step).
+"ours" is the recipe (``--recipe``, default the 1-GPU COCO recipe, with ``--set KEY=VALUE`` overrides):
+its model built by maskrcnn.model, its ``speed`` section (channels_last, compile, cudnn_benchmark)
+applied by ``prepare_for_speed``, and ``maskrcnn.train.train_step`` timed. torchvision's model runs
+the same step eagerly with cuDNN autotuning off, as torchvision's detection reference script does.
+
+    python -m maskrcnn.benchmark --mode train --set speed.compile=false    # one lever off
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ def parse_args(argv=None):
     p.add_argument("--mode", choices=("train", "inference", "both"), default="both")
     p.add_argument("--models", default="ours,torchvision", help="comma list of: ours, torchvision")
     p.add_argument("--recipe", default=str(DEFAULT_RECIPE), help="recipe whose model is 'ours'")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the 'ours' recipe (repeatable), e.g. speed.compile=false",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="images per step")
     p.add_argument("--image-size", type=int, default=800, help="square synthetic images of this side")
     p.add_argument("--amp", choices=AMP_CHOICES, default="bf16", help="mixed precision (fp32: no autocast)")
@@ -67,44 +78,53 @@ def synthetic_batch(batch: int, size: int, device, seed: int = 0):
     return images, targets
 
 
-def steps_for(model, a, device):
-    """(train_step, infer_step) closures: the training step of maskrcnn.train and eval-mode inference."""
+def steps_for(model, recipe: dict | None, a, device):
+    """(train_step, infer_step) closures over one synthetic batch: ``maskrcnn.train.train_step`` and
+    eval-mode inference. ``recipe`` (ours) applies its speed settings; None (torchvision) runs eager
+    with cuDNN autotuning off."""
+    import itertools
+
     from zoo.torch import parameter_groups
 
+    from maskrcnn.model import prepare_for_speed
+    from maskrcnn.train import train_step as one_step
+
     model = model.to(device)
-    images, targets = synthetic_batch(a.batch_size, a.image_size, device)
+    if recipe is not None:
+        prepare_for_speed(model, recipe, device)
+    elif device.type == "cuda":
+        torch.backends.cudnn.benchmark = False
+    batches = itertools.repeat(synthetic_batch(a.batch_size, a.image_size, device))
     opt = torch.optim.SGD(parameter_groups(model, 1e-4), lr=1e-3, momentum=0.9)
     scaler = grad_scaler(device, a.amp)
 
     def train_step():
         model.train()
-        with autocast(device, a.amp):
-            losses = model(images, targets)
-        loss = sum(losses.values())
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        one_step(model, batches, opt, scaler, device=device, amp=a.amp)
 
     @torch.no_grad()
     def infer_step():
         model.eval()
         with autocast(device, a.amp):
-            model(images)
+            model(next(batches)[0])
 
     return train_step, infer_step
 
 
 def build(name: str, a):
+    """(model, recipe): ours from ``--recipe``/``--set`` at the benchmark's image size; torchvision's
+    ``maskrcnn_resnet50_fpn`` with its own defaults (recipe None)."""
     size = {"min_size": a.image_size, "max_size": max(a.image_size, 1333)}
     if name == "ours":
-        from zoo.recipe import load_recipe
+        from zoo.recipe import load_recipe, parse_overrides
 
-        r = load_recipe(a.recipe, {"data.min_size": size["min_size"], "data.max_size": size["max_size"]})
-        return model_from_recipe(r, 91)
+        overrides = parse_overrides(a.set)
+        overrides.update({"data.min_size": size["min_size"], "data.max_size": size["max_size"]})
+        r = load_recipe(a.recipe, overrides, known_keys_from=MODEL_DIR / "configs")
+        return model_from_recipe(r, 91), r
     from torchvision.models.detection import maskrcnn_resnet50_fpn
 
-    return maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=91, **size)
+    return maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=91, **size), None
 
 
 def run(a) -> list[dict]:
@@ -120,7 +140,7 @@ def run(a) -> list[dict]:
             raise SystemExit(f"error: unknown model '{m}' in --models (choose from ours, torchvision)")
     results = []
     for name in names:
-        train_step, infer_step = steps_for(build(name, a), a, device)
+        train_step, infer_step = steps_for(*build(name, a), a, device)
         for mode in modes:
             fn = train_step if mode == "train" else infer_step
             s = measure(

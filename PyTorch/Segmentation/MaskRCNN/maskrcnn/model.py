@@ -114,6 +114,29 @@ def model_from_recipe(recipe: dict, num_classes: int) -> MaskRCNN:
     )
 
 
+def prepare_for_speed(model: MaskRCNN, recipe: dict, device) -> MaskRCNN:
+    """Apply the recipe's ``speed`` section to ``model`` (already on ``device``), in place.
+
+    ``channels_last``: backbone and FPN in NHWC, cuDNN's native layout for bf16/fp16 convolutions.
+    ``compile``: ``torch.compile`` the parts whose shapes do not change from step to step (backbone
+    with FPN, RPN head, box head); the mask head sees a different number of regions every step and
+    stays eager. Compiling in place keeps the state-dict keys, so checkpoints are unchanged.
+    ``cudnn_benchmark``: cuDNN autotuning. Off for Mask R-CNN: the ROI heads' shapes change every
+    step, and tuning each new shape costs more than it saves (PERF.md).
+    Speed settings act on a GPU only; on a CPU the model runs as built.
+    """
+    s = recipe.get("speed", {})
+    if torch.device(device).type != "cuda":
+        return model
+    torch.backends.cudnn.benchmark = bool(s.get("cudnn_benchmark", False))
+    if s.get("channels_last", False):
+        model.backbone.to(memory_format=torch.channels_last)
+    if s.get("compile", False):
+        for part in (model.backbone, model.rpn.head, model.roi_heads.box_head):
+            part.compile()
+    return model
+
+
 def load_torchvision_state(model: MaskRCNN, state: dict) -> None:
     """Load a torchvision ``maskrcnn_resnet50_fpn`` / ``_v2`` state dict (BatchNorm's
     ``num_batches_tracked`` entries are dropped where the trunk is frozen); raises on any mismatch."""

@@ -34,7 +34,7 @@ from zoo.torch import (
 
 from maskrcnn.data import build_loader
 from maskrcnn.evaluate import AsyncScorer, coco_map, detect_dataset
-from maskrcnn.model import load_backbone_state, model_from_recipe
+from maskrcnn.model import load_backbone_state, model_from_recipe, prepare_for_speed
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 # The backbone weights --backbone NAME starts from are listed in this model's own registry.
@@ -95,6 +95,9 @@ def load_config(a: argparse.Namespace) -> dict:
         r["eval"]["epochs"] = [int(e) for e in a.eval_epochs.split(",") if e]
     if r.get("accumulate", 1) < 1:
         raise SystemExit(f"error: accumulate must be >= 1, got {r['accumulate']}")
+    for flag, value in (("--steps", a.steps), ("--stop-epoch", a.stop_epoch)):
+        if value is not None and value < 1:
+            raise SystemExit(f"error: {flag} must be a positive integer, not {value}")
     return r
 
 
@@ -131,7 +134,9 @@ def lr_schedule(r: dict, global_batch: int):
     return factor
 
 
-def load_backbone(model, name_or_path: str, registry: str) -> None:
+def read_backbone(name_or_path: str, registry: str, r: dict) -> dict:
+    """ResNet-50 trunk weights (a registry name or a file), checked to fit the recipe's model before a
+    run writes anything; a one-line SystemExit where they cannot be read or do not fit."""
     from zoo.checkpoints import CheckpointError, fetch, load_registry
 
     path = Path(name_or_path)
@@ -142,11 +147,29 @@ def load_backbone(model, name_or_path: str, registry: str) -> None:
             raise SystemExit(f"error: {e}") from None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)  # tensors only: files from the web
-        n = load_backbone_state(model, state)
+        if not isinstance(state, dict):
+            raise ValueError(f"holds a {type(state).__name__}, not a state dict")
+        load_backbone_state(model_from_recipe(r, 2), state)
     except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SystemExit(f"error: backbone weights {path}: {reason[:200]}") from None
-    print(f"backbone: {n} ResNet-50 tensors from {path}", file=sys.stderr)
+    print(f"backbone: ResNet-50 tensors from {path}", file=sys.stderr)
+    return state
+
+
+def read_resume_state(path: Path) -> dict:
+    """A checkpoint.pt written by this training, loaded; a one-line SystemExit where it is not one."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to a user
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SystemExit(f"error: --resume {path} cannot be read as a checkpoint: {reason[:200]}") from None
+    needed = {"model", "optimizer", "scheduler", "scaler", "epoch", "rng", "num_classes"}
+    if not isinstance(state, dict) or not needed <= set(state):
+        raise SystemExit(
+            f"error: --resume {path} is not a Mask R-CNN training checkpoint (maskrcnn.train's checkpoint.pt)"
+        )
+    return state
 
 
 def save_checkpoint(path: Path, **state) -> None:
@@ -181,6 +204,34 @@ def log_mlperf_hyperparameters(mlperf, r: dict, lr: float, global_batch: int) ->
     )
 
 
+def train_step(ddp, micro_batches, optimizer, scaler, *, device, amp: str, accumulate: int = 1, clip=None):
+    """One optimizer step over ``accumulate`` micro-batches drawn from ``micro_batches`` (an iterator of
+    ``(images, targets)``); the step ``maskrcnn.benchmark`` times. Returns the summed loss (a tensor:
+    no host sync) and the last micro-batch's loss parts."""
+    model = ddp.module if hasattr(ddp, "no_sync") else ddp
+    distributed = hasattr(ddp, "no_sync")
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for k in range(accumulate):
+        images, tgts = next(micro_batches)
+        images = [im.to(device, non_blocking=True) for im in images]
+        tgts = [{key: (v.to(device) if torch.is_tensor(v) else v) for key, v in t.items()} for t in tgts]
+        # Gradients are summed over micro-steps; DDP reduces only on the last one.
+        sync = ddp.no_sync() if distributed and k < accumulate - 1 else contextlib.nullcontext()
+        with sync:
+            with autocast(device, amp):
+                losses = ddp(images, tgts)
+            loss = sum(losses.values()) / accumulate
+            scaler.scale(loss).backward()
+        total = total + loss.detach()
+    if clip:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    scaler.step(optimizer)
+    scaler.update()
+    return total, losses
+
+
 def train(a: argparse.Namespace) -> dict:
     """Train as ``a`` says; returns {"epochs", "losses", "maps" (epoch -> {"BBOX", "SEGM", ...}), "model"}.
 
@@ -197,8 +248,10 @@ def train(a: argparse.Namespace) -> dict:
         for path in split_paths(root, split):
             if not path.exists():
                 raise SystemExit(f"error: {path} does not exist (scripts/download_data.sh prepares COCO)")
+    state = read_resume_state(resume_from) if resume_from else None
+    backbone = r.get("model_init", {}).get("backbone")
+    backbone_state = read_backbone(backbone, a.registry, r) if backbone and state is None else None
     env, device = init_distributed(a.device)
-    state = torch.load(resume_from, map_location="cpu", weights_only=False) if resume_from else None
     if state is not None and env.is_primary:
         print(f"resuming from {resume_from} at epoch {state['epoch']}", file=sys.stderr)
     mlperf_path = mlperf_log_path(results_dir, state["epoch"] if state else 0)
@@ -209,11 +262,14 @@ def train(a: argparse.Namespace) -> dict:
         mlperf.cache_clear(False)  # the page cache is not dropped before a run
         mlperf.init_start()
         mlperf.seed(a.seed)
-        return train_run(a, r, root, env, device, state, mlperf)
+        return train_run(a, r, root, env, device, state, mlperf, backbone_state)
 
 
-def train_run(a, r: dict, root: Path, env, device, state: dict | None, mlperf) -> dict:
-    """The run itself, inside ``mlperf``'s init_start ... run_stop; ``state`` a checkpoint to continue."""
+def train_run(
+    a, r: dict, root: Path, env, device, state: dict | None, mlperf, backbone_state: dict | None = None
+) -> dict:
+    """The run itself, inside ``mlperf``'s init_start ... run_stop; ``state`` a checkpoint to continue,
+    ``backbone_state`` trunk weights to start from (:func:`read_backbone`)."""
     from zoo.log import MetricsLogger
 
     rank, world, primary = env.rank, env.world_size, env.is_primary
@@ -247,10 +303,9 @@ def train_run(a, r: dict, root: Path, env, device, state: dict | None, mlperf) -
         raise SystemExit(f"error: no full optimizer step of {batch} x {accumulate} images per process")
 
     model = model_from_recipe(r, ds.num_classes)
-    backbone = r.get("model_init", {}).get("backbone")
-    if backbone and state is None:
-        load_backbone(model, backbone, a.registry)
-    model = model.to(device)
+    if backbone_state is not None:
+        load_backbone_state(model, backbone_state)
+    model = prepare_for_speed(model.to(device), r, device)
     o = r["optimizer"]
     global_batch = batch * accumulate * world
     lr = o["base_lr"] * global_batch / o.get("base_batch", 16)
@@ -264,6 +319,10 @@ def train_run(a, r: dict, root: Path, env, device, state: dict | None, mlperf) -
     ckpt_path = results_dir / "checkpoint.pt"
     start_epoch = 0
     if state is not None:
+        if state["num_classes"] != ds.num_classes:
+            raise SystemExit(
+                f"error: the checkpoint has {state['num_classes'] - 1} classes, {a.train_split} has {ds.num_classes - 1}"
+            )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -307,27 +366,9 @@ def train_run(a, r: dict, root: Path, env, device, state: dict | None, mlperf) -
         t0 = time.time()
         micro = iter(train_loader)
         for i in range(steps_per_epoch):
-            optimizer.zero_grad(set_to_none=True)
-            total = 0.0
-            for k in range(accumulate):
-                images, tgts = next(micro)
-                images = [im.to(device, non_blocking=True) for im in images]
-                tgts = [
-                    {key: (v.to(device) if torch.is_tensor(v) else v) for key, v in t.items()} for t in tgts
-                ]
-                # Gradients are summed over micro-steps; DDP reduces only on the last one.
-                sync = ddp.no_sync() if world > 1 and k < accumulate - 1 else contextlib.nullcontext()
-                with sync:
-                    with autocast(device, amp):
-                        losses = ddp(images, tgts)
-                    loss = sum(losses.values()) / accumulate
-                    scaler.scale(loss).backward()
-                total = total + loss.detach()
-            if clip:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            scaler.step(optimizer)
-            scaler.update()
+            total, losses = train_step(
+                ddp, micro, optimizer, scaler, device=device, amp=amp, accumulate=accumulate, clip=clip
+            )
             scheduler.step()
             step += 1
             if i % a.log_every == 0 or i == steps_per_epoch - 1:

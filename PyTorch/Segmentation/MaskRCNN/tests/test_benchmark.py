@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import torch
 from maskrcnn.benchmark import main
 
 from .conftest import MODEL_DIR
@@ -46,3 +47,28 @@ def test_ours_and_torchvision_in_one_run_give_a_ratio(tmp_path):
 def test_old_precision_flag_names_amp():
     with pytest.raises(SystemExit, match="^error: --precision was renamed: use --amp$"):
         main(["--smoke", "--precision", "bf16"])
+
+
+def test_ours_is_the_recipe_with_set_overrides_and_the_train_step(monkeypatch):
+    import maskrcnn.train
+    from maskrcnn.benchmark import build, parse_args, steps_for
+
+    tiny = str(MODEL_DIR / "configs" / "shapes_cpu.yaml")
+    a = parse_args(
+        ["--smoke", "--device", "cpu", "--recipe", tiny, "--amp", "fp32"]
+        + ["--set", "model.box_detections_per_img=7", "--set", "speed.compile=false"]
+    )
+    model, recipe = build("ours", a)
+    assert model.roi_heads.detections_per_img == 7  # the second --set did not drop the first
+    assert recipe["speed"] == {"channels_last": True, "compile": False, "cudnn_benchmark": False}
+    calls = []
+    real = maskrcnn.train.train_step
+    monkeypatch.setattr(maskrcnn.train, "train_step", lambda *x, **k: calls.append(k) or real(*x, **k))
+    train, _ = steps_for(model, recipe, a, torch.device("cpu"))
+    train()
+    assert calls == [{"device": torch.device("cpu"), "amp": "fp32"}]
+
+
+def test_unknown_recipe_key_in_set_names_the_nearest():
+    with pytest.raises(SystemExit, match="speed.compile"):
+        main(["--smoke", "--device", "cpu", "--models", "ours", "--set", "speed.compiel=false"])
