@@ -26,9 +26,17 @@ POSITIVE_INTEGERS = frozenset(
         "image_size",
         "num_classes",
         "max_seq",
+        "max_steps",
+        "max_tokens",
+        "max_length",
+        "batch_tokens",
+        "beam",
+        "log_every",
     }
 )
-NON_NEGATIVE = frozenset({"workers", "warmup_epochs", "warmup_steps"})
+NON_NEGATIVE = frozenset(
+    {"workers", "warmup_epochs", "warmup_steps", "every_steps", "checkpoint_every_steps", "keep_checkpoints"}
+)
 
 
 def load_recipe(path, overrides: dict | None = None, known_keys_from=None) -> dict:
