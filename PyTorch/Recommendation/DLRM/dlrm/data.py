@@ -70,6 +70,8 @@ def write_shard(path, labels: np.ndarray, dense: np.ndarray, categorical: np.nda
 
 def read_meta(data_dir) -> dict:
     path = pathlib.Path(data_dir) / "meta.json"
+    if not path.parent.is_dir():
+        raise SystemExit(f"error: data dir {path.parent} does not exist")
     if not path.is_file():
         raise SystemExit(
             f"error: {path} not found: prepare the data with scripts/download_data.sh (or --synthetic)"

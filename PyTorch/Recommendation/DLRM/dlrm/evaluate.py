@@ -35,10 +35,10 @@ def main(argv=None) -> None:
         raise SystemExit("error: give --data-dir (or set DATA_DIR)")
     results_dir = pathlib.Path(args.results_dir)
     checkpoint = pathlib.Path(args.checkpoint or results_dir / "checkpoint")
+    meta = read_meta(args.data_dir)
     if not (checkpoint / "progress.json").is_file():
         raise SystemExit(f"error: {checkpoint} is not a DLRM checkpoint (no progress.json)")
     env, device = init_distributed(args.device)
-    meta = read_meta(args.data_dir)
     run = Run(recipe, meta, device, env.rank, env.world_size)
     run.load(checkpoint, weights_only=True)
     split = Split(args.data_dir, "val")

@@ -227,7 +227,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m dlrm.train", description=__doc__.split("\n\n")[0])
     add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_help="prepared Criteo shards ($DATA_DIR)")
     add_target_arg(parser, "auc", unit="ROC AUC fraction, MLPerf's unit", example=0.80275)
-    parser.add_argument("--epochs", type=float, default=None, help="epochs to train (default: the recipe's)")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="epochs to train (default: the recipe's; --max-steps for less)",
+    )
     parser.add_argument(
         "--max-steps", type=int, default=None, help="stop after this many steps (default: the recipe's)"
     )
@@ -268,6 +273,8 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
     primary = env.rank == 0
     checkpoint = results_dir / CHECKPOINT_NAME
     resume_from = resolve_resume(resume, checkpoint)
+    if resume_from is not None and not (resume_from / "progress.json").is_file():
+        raise SystemExit(f"error: {resume_from} is not a DLRM checkpoint (no progress.json)")
     meta = read_meta(data_dir)
     # Saved with each checkpoint: export and evaluation rebuild the tables without the data.
     data_shape = {"num_embeddings": meta["num_embeddings"], "num_dense": meta["num_dense"]}
