@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from bert.squad import Example, best_spans, make_features, read_squad
-from bert.tokenization import load_tokenizer
+from zoo.squad import Example, best_spans, make_features, read_squad
+from zoo.wordpiece import load_tokenizer
 
 
 def answer_through_triton(

@@ -24,6 +24,7 @@ from zoo.checkpoints import CheckpointError, atomic_write
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args
 from zoo.cli import parse_args as parse_cli_args
 from zoo.log import MetricsLogger
+from zoo.squad import best_spans, evaluate_predictions, make_features, read_squad
 from zoo.torch import (
     autocast,
     close_distributed,
@@ -34,12 +35,11 @@ from zoo.torch import (
     parameter_groups,
     seed_everything,
 )
+from zoo.wordpiece import load_tokenizer
 
 from bert import convert
 from bert.lamb import warmup_poly_schedule
 from bert.model import BertConfig, BertForQuestionAnswering, bert_config
-from bert.squad import best_spans, evaluate_predictions, make_features, read_squad
-from bert.tokenization import load_tokenizer
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 TRAIN_FILE, DEV_FILE = "train-v1.1.json", "dev-v1.1.json"  # as scripts/download_data.sh squad writes them

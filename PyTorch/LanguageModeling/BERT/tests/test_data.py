@@ -8,19 +8,12 @@ import threading
 import numpy as np
 import pytest
 import torch
-from bert import data as bert_data
-from bert.data import (
-    PretrainingBatches,
-    PretrainingData,
-    SampleSpec,
-    Specials,
-    mask_tokens,
-    pack_best_fit,
-    prepare,
-)
+from bert.data import PretrainingBatches
 from bert.model import packed_position_ids
-from bert.text import clean_wikitext, iter_wikipedia_articles, read_documents, split_sentences
-from bert.tokenization import load_tokenizer
+from zoo import bert_data
+from zoo.bert_data import PretrainingData, SampleSpec, Specials, mask_tokens, pack_best_fit, prepare
+from zoo.text import clean_wikitext, iter_wikipedia_articles, read_documents, split_sentences
+from zoo.wordpiece import load_tokenizer
 
 
 def test_sentence_split_keeps_abbreviations_and_initials():
@@ -200,7 +193,7 @@ def articles_dump(path, count):
 
 
 def test_wikipedia_extraction_killed_midway_is_never_read_and_is_redone(tmp_path, monkeypatch, tiny_vocab):
-    from bert import text as bert_text
+    from zoo import text as bert_text
 
     dump = articles_dump(tmp_path / "dump.xml", 23)
     out = tmp_path / "wiki"
@@ -237,7 +230,7 @@ def test_wikipedia_extraction_killed_midway_is_never_read_and_is_redone(tmp_path
 
 
 def test_text_inputs_skip_partial_tmp_files(tmp_path):
-    from bert.text import expand_text_paths
+    from zoo.text import expand_text_paths
 
     (tmp_path / "a.txt").write_text("One sentence here.\n")
     (tmp_path / "b.txt.tmp").write_text("A partial file.\n")

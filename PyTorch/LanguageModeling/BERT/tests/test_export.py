@@ -12,8 +12,8 @@ import torch
 from bert.deploy import answer_through_triton, single_model_repository
 from bert.export import export_onnx, load_squad_model, write_repository
 from bert.model import BertForQuestionAnswering, bert_config
-from bert.squad import Example, best_spans, make_features
-from bert.tokenization import load_tokenizer
+from zoo.squad import Example, best_spans, make_features
+from zoo.wordpiece import load_tokenizer
 
 
 @pytest.fixture(scope="module")

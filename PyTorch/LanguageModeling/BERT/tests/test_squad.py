@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 from bert import finetune_squad
-from bert.squad import (
+from zoo.squad import (
     Example,
     best_spans,
     evaluate_predictions,
@@ -16,8 +16,8 @@ from bert.squad import (
     normalize_answer,
     read_squad,
 )
-from bert.text import read_documents
-from bert.tokenization import load_tokenizer
+from zoo.text import read_documents
+from zoo.wordpiece import load_tokenizer
 
 MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,0 +1,625 @@
+"""BERT pretraining samples, shared by the PyTorch and TensorFlow BERTs (numpy only): sequences from
+documents, packing, masking, the shard writer and reader, and the data-preparation command line
+(`python -m zoo.bert_data {wikipedia,vocab,squad,prepare}`). Each framework turns samples into batches.
+
+A *sequence* is `[CLS] A [SEP]` (or `[CLS] A [SEP] B [SEP]` with next-sentence prediction); a
+*sample* is one row of `max_seq` tokens. Without packing each sample holds one sequence and
+padding; with packing (the default) sequences are put into samples by best-fit-decreasing bin
+packing, each token carrying the id (1, 2, ...) of its sequence so that attention stays inside
+it and position ids restart (both BERTs' models). Documents' tails and short documents fill the
+space that padding would waste, so a packed sample of 128 tokens holds about 1.5-3 sequences of
+Wikipedia text.
+
+Shards are `.npz` files written with write-then-rename, described by `metadata.json`:
+input_ids [N, T], token_type_ids [N, T], seq_ids [N, T], cls_positions [N, S] (-1 = none),
+nsp_labels [N, S] (-1 = none; 0 = B follows A, 1 = B is random) and, with static masking,
+mlm_positions [N, P] and mlm_labels [N, P] (-1 = none). Dynamic masking draws the masks in
+`PretrainingData.sample` from (seed, epoch, sample), so every epoch sees new masks and a resumed run the same ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import zipfile
+from collections.abc import Iterable
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+from zoo.cli import parse_args as parse_cli_args
+
+FORMAT = "zoo-bert-pretraining/v1"
+# every shard holds these arrays; static masking adds mlm_positions and mlm_labels
+SHARD_FIELDS = ("input_ids", "token_type_ids", "seq_ids", "cls_positions", "nsp_labels")
+STATIC_MASK_FIELDS = ("mlm_positions", "mlm_labels")
+
+
+class ShardError(ValueError):
+    """A shard that cannot be read (cut short, damaged); the message names the file."""
+
+
+@dataclasses.dataclass
+class SampleSpec:
+    max_seq: int = 128
+    max_predictions: int = 20
+    packing: bool = True
+    nsp: bool = False
+    masking: str = "dynamic"  # or "static"
+    mask_prob: float = 0.15
+    short_seq_prob: float = 0.0  # the unpacked NSP recipe uses 0.1
+    max_sequences: int = 0  # per packed sample; 0 = max_seq // 16
+
+    def __post_init__(self):
+        if self.masking not in ("dynamic", "static"):
+            raise SystemExit(f"masking must be dynamic or static, not {self.masking!r}")
+        if self.max_seq < 8 or self.max_predictions < 1:
+            raise SystemExit(f"max_seq {self.max_seq} / max_predictions {self.max_predictions} too small")
+        if not self.max_sequences:
+            self.max_sequences = max(1, self.max_seq // 16) if self.packing else 1
+
+
+@dataclasses.dataclass
+class Specials:
+    pad: int
+    cls: int
+    sep: int
+    mask: int
+    vocab_size: int
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> Specials:
+        ids = {t: tokenizer.token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]", "[MASK]")}
+        return cls(ids["[PAD]"], ids["[CLS]"], ids["[SEP]"], ids["[MASK]"], tokenizer.get_vocab_size())
+
+
+# --- sequences -------------------------------------------------------------------------------
+
+
+def tokenize_documents(documents: Iterable[list[str]], tokenizer) -> list[list[np.ndarray]]:
+    """Documents of sentences -> documents of token-id arrays (empty sentences dropped)."""
+    out = []
+    for sentences in documents:
+        encoded = tokenizer.encode_batch(sentences, add_special_tokens=False)
+        doc = [np.asarray(e.ids, dtype=np.int32) for e in encoded if e.ids]
+        if doc:
+            out.append(doc)
+    return out
+
+
+def make_sequences(docs: list[list[np.ndarray]], spec: SampleSpec, specials: Specials, rng) -> list[tuple]:
+    """(token ids with [CLS]/[SEP], token types, nsp label or -1) for every chunk of every document."""
+    target_max = spec.max_seq - (3 if spec.nsp else 2)
+    sequences = []
+    for d, doc in enumerate(docs):
+        pieces = [s[i : i + target_max] for s in doc for i in range(0, len(s), target_max)]
+        target = _target_length(spec, target_max, rng)
+        chunk, length, i = [], 0, 0
+        while i < len(pieces):
+            chunk.append(pieces[i])
+            length += len(pieces[i])
+            if i == len(pieces) - 1 or length >= target:
+                if spec.nsp:
+                    seq, unused = _nsp_pair(chunk, docs, d, target_max, specials, rng)
+                    i -= unused
+                else:
+                    tokens = np.concatenate(chunk)[:target_max]
+                    seq = (_wrap(specials, tokens), np.zeros(len(tokens) + 2, np.uint8), -1)
+                sequences.append(seq)
+                chunk, length = [], 0
+                target = _target_length(spec, target_max, rng)
+            i += 1
+    return sequences
+
+
+def _target_length(spec: SampleSpec, target_max: int, rng) -> int:
+    if spec.short_seq_prob and rng.random() < spec.short_seq_prob:
+        return int(rng.integers(2, target_max + 1))
+    return target_max
+
+
+def _wrap(specials: Specials, a: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+    parts = [[specials.cls], a, [specials.sep]] + ([b, [specials.sep]] if b is not None else [])
+    return np.concatenate([np.asarray(p, dtype=np.int32) for p in parts])
+
+
+def _nsp_pair(chunk, docs, d, target_max, specials, rng):
+    """A/B pair from a chunk: B is the true continuation (label 0) or, half of the time or when the
+    chunk has one piece, sentences of another document (label 1; the chunk's unused rest is reused)."""
+    a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
+    a = np.concatenate(chunk[:a_end])
+    unused = 0
+    if len(chunk) == 1 or (len(docs) > 1 and rng.random() < 0.5):
+        other = int(rng.integers(0, len(docs) - 1)) if len(docs) > 1 else d
+        other += other >= d and len(docs) > 1
+        start = int(rng.integers(0, len(docs[other])))
+        b = np.concatenate(docs[other][start:])[: max(1, target_max - len(a))]
+        label = 1 if other != d else 0
+        unused = len(chunk) - a_end
+    else:
+        b = np.concatenate(chunk[a_end:])
+        label = 0
+    while len(a) + len(b) > target_max:  # trim the longer side, at a random end
+        if len(a) >= len(b):
+            a = a[1:] if rng.random() < 0.5 else a[:-1]
+        else:
+            b = b[1:] if rng.random() < 0.5 else b[:-1]
+    types = np.concatenate([np.zeros(len(a) + 2, np.uint8), np.ones(len(b) + 1, np.uint8)])
+    return (_wrap(specials, a, b), types, label), unused
+
+
+# --- packing ---------------------------------------------------------------------------------
+
+
+def pack_best_fit(lengths: np.ndarray, capacity: int, max_items: int) -> list[list[int]]:
+    """Best-fit-decreasing bin packing: each item (longest first) goes to the open bin with the least
+    room that still fits it; a bin closes when full or holding `max_items`."""
+    by_room: list[list[int]] = [[] for _ in range(capacity + 1)]
+    bins: list[list[int]] = []
+    for item in np.argsort(-np.asarray(lengths), kind="stable"):
+        length = int(lengths[item])
+        if length > capacity:
+            raise ValueError(f"sequence of {length} tokens does not fit {capacity}")
+        room = next((r for r in range(length, capacity + 1) if by_room[r]), None)
+        if room is None:
+            b, room = len(bins), capacity
+            bins.append([])
+        else:
+            b = by_room[room].pop()
+        bins[b].append(int(item))
+        left = room - length
+        if left > 0 and len(bins[b]) < max_items:
+            by_room[left].append(b)
+    return bins
+
+
+def build_samples(
+    sequences: list[tuple], bins: list[list[int]], spec: SampleSpec, specials: Specials
+) -> dict:
+    """Lay the sequences of each bin side by side in one row of `max_seq` tokens."""
+    n, t, s = len(bins), spec.max_seq, spec.max_sequences
+    out = {
+        "input_ids": np.full((n, t), specials.pad, dtype=_id_dtype(specials.vocab_size)),
+        "token_type_ids": np.zeros((n, t), np.uint8),
+        "seq_ids": np.zeros((n, t), np.uint8),
+        "cls_positions": np.full((n, s), -1, np.int16),
+        "nsp_labels": np.full((n, s), -1, np.int8),
+    }
+    for row, members in enumerate(bins):
+        offset = 0
+        for k, item in enumerate(members):
+            ids, types, label = sequences[item]
+            end = offset + len(ids)
+            out["input_ids"][row, offset:end] = ids
+            out["token_type_ids"][row, offset:end] = types
+            out["seq_ids"][row, offset:end] = k + 1
+            out["cls_positions"][row, k] = offset
+            out["nsp_labels"][row, k] = label
+            offset = end
+    return out
+
+
+def _id_dtype(vocab_size: int):
+    return np.uint16 if vocab_size <= np.iinfo(np.uint16).max else np.int32
+
+
+# --- masking ---------------------------------------------------------------------------------
+
+
+def mask_tokens(input_ids: np.ndarray, seq_ids: np.ndarray, spec: SampleSpec, specials: Specials, rng):
+    """BERT masking of one sample: `mask_prob` of the real tokens (not [CLS]/[SEP]/pad, at most
+    `max_predictions`) become targets; 80% -> [MASK], 10% -> a random token, 10% unchanged.
+    Returns (masked ids, positions [P] padded with 0, labels [P] padded with -1)."""
+    ids = input_ids.astype(np.int64)
+    candidates = np.flatnonzero((seq_ids > 0) & (ids != specials.cls) & (ids != specials.sep))
+    count = min(spec.max_predictions, max(1, int(round(len(candidates) * spec.mask_prob))), len(candidates))
+    positions = np.sort(rng.choice(candidates, count, replace=False))
+    labels = ids[positions].copy()
+    draw = rng.random(count)
+    masked = ids.copy()
+    masked[positions[draw < 0.8]] = specials.mask
+    randomised = positions[(draw >= 0.8) & (draw < 0.9)]
+    masked[randomised] = rng.integers(0, specials.vocab_size, len(randomised))
+    padded_positions = np.zeros(spec.max_predictions, np.int64)
+    padded_labels = np.full(spec.max_predictions, -1, np.int64)
+    padded_positions[:count] = positions
+    padded_labels[:count] = labels
+    return masked, padded_positions, padded_labels
+
+
+# --- preprocessing into shards ---------------------------------------------------------------
+
+
+def prepare(
+    inputs: list[str | Path],
+    vocab: str | Path,
+    out_dir: str | Path,
+    spec: SampleSpec,
+    *,
+    dupe_factor: int = 1,
+    shard_size: int = 65536,
+    workers: int = 1,
+    seed: int = 12345,
+    pack_window: int = 50000,
+) -> dict:
+    """Text files -> shards of samples + metadata.json in out_dir. Returns the metadata."""
+    from zoo.text import expand_text_paths
+
+    files = expand_text_paths(inputs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove_previous_output(out_dir)
+    workers = max(1, min(workers, len(files)))
+    jobs = [
+        (files[w::workers], str(vocab), str(out_dir), spec, dupe_factor, shard_size, seed, w, pack_window)
+        for w in range(workers)
+    ]
+    if workers == 1:
+        results = [_prepare_part(*jobs[0])]
+    else:
+        with Pool(workers) as pool:
+            results = pool.starmap(_prepare_part, jobs)
+    shards = [s for part in results for s in part["shards"]]
+    if not shards:
+        raise SystemExit(f"no samples could be made from {len(files)} text files (too little text?)")
+    meta = {
+        "format": FORMAT,
+        **dataclasses.asdict(spec),
+        "vocab_size": results[0]["vocab_size"],
+        "specials": results[0]["specials"],
+        "samples": sum(s["samples"] for s in shards),
+        "sequences": sum(s["sequences"] for s in shards),
+        "tokens": sum(s["tokens"] for s in shards),
+        "shards": shards,
+    }
+    tmp = out_dir / "metadata.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(out_dir / "metadata.json")
+    return meta
+
+
+def remove_previous_output(out_dir: Path) -> None:
+    """Delete what an earlier `prepare` left in out_dir: metadata.json first (the completion marker,
+    so a crash from here on leaves no directory that reads as complete), then its shards and the
+    temporary files of a crashed run."""
+    (out_dir / "metadata.json").unlink(missing_ok=True)
+    for stale in [out_dir / "metadata.json.tmp", *out_dir.glob("shard_*.npz*")]:
+        stale.unlink(missing_ok=True)
+
+
+def _prepare_part(files, vocab, out_dir, spec, dupe_factor, shard_size, seed, part, pack_window):
+    from zoo.text import read_documents
+    from zoo.wordpiece import load_tokenizer
+
+    tokenizer = load_tokenizer(vocab)
+    specials = Specials.from_tokenizer(tokenizer)
+    docs = tokenize_documents(read_documents(files), tokenizer)
+    rng = np.random.default_rng([seed, part])
+    writer = _ShardWriter(Path(out_dir), f"shard_{part:03d}", shard_size)
+    for _ in range(dupe_factor):
+        sequences = make_sequences(docs, spec, specials, rng)
+        order = rng.permutation(len(sequences))
+        for start in range(0, len(order), pack_window):
+            window = [sequences[i] for i in order[start : start + pack_window]]
+            if spec.packing:
+                bins = pack_best_fit(np.array([len(s[0]) for s in window]), spec.max_seq, spec.max_sequences)
+                bins = [bins[i] for i in rng.permutation(len(bins))]
+            else:
+                bins = [[i] for i in range(len(window))]
+            samples = build_samples(window, bins, spec, specials)
+            if spec.masking == "static":
+                _mask_statically(samples, spec, specials, rng)
+            writer.add(samples)
+    writer.close()
+    return {
+        "shards": writer.shards,
+        "vocab_size": specials.vocab_size,
+        "specials": dataclasses.asdict(specials),
+    }
+
+
+def _mask_statically(samples: dict, spec: SampleSpec, specials: Specials, rng) -> None:
+    n = len(samples["input_ids"])
+    positions = np.zeros((n, spec.max_predictions), np.int16 if spec.max_seq < 2**15 else np.int32)
+    labels = np.full((n, spec.max_predictions), -1, np.int32)
+    for i in range(n):
+        masked, positions[i], labels[i] = mask_tokens(
+            samples["input_ids"][i], samples["seq_ids"][i], spec, specials, rng
+        )
+        samples["input_ids"][i] = masked
+    samples["mlm_positions"], samples["mlm_labels"] = positions, labels
+
+
+class _ShardWriter:
+    def __init__(self, out_dir: Path, prefix: str, shard_size: int):
+        self.out_dir, self.prefix, self.shard_size = out_dir, prefix, shard_size
+        self.pending: list[dict] = []
+        self.count = 0
+        self.shards: list[dict] = []
+
+    def add(self, samples: dict) -> None:
+        self.pending.append(samples)
+        self.count += len(samples["input_ids"])
+        while self.count >= self.shard_size:
+            self._flush(self.shard_size)
+
+    def close(self) -> None:
+        if self.count:
+            self._flush(self.count)
+
+    def _flush(self, n: int) -> None:
+        merged = {k: np.concatenate([p[k] for p in self.pending]) for k in self.pending[0]}
+        shard = {k: v[:n] for k, v in merged.items()}
+        rest = {k: v[n:] for k, v in merged.items()}
+        self.pending = [rest] if len(rest["input_ids"]) else []
+        self.count -= n
+        name = f"{self.prefix}_{len(self.shards):05d}.npz"
+        tmp = self.out_dir / (name + ".tmp.npz")
+        np.savez(tmp, **shard)
+        tmp.replace(self.out_dir / name)
+        self.shards.append(
+            {
+                "file": name,
+                "samples": n,
+                "sequences": int((shard["cls_positions"] >= 0).sum()),
+                "tokens": int((shard["seq_ids"] > 0).sum()),
+            }
+        )
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def shard_problem(path: Path, samples: int, arrays: tuple[str, ...]) -> str | None:
+    """Why the shard at ``path`` is not whole, or None: read from its zip directory and array headers
+    only (no data), so that every shard is checked at start-up in moments. A shard cut short loses
+    its zip directory; one that lost rows or arrays disagrees with metadata.json."""
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            members = {Path(info.filename).stem: info for info in archive.infolist()}
+            absent = [name for name in arrays if name not in members]
+            if absent:
+                return f"no {', '.join(absent)} arrays"
+            for name in arrays:
+                info = members[name]
+                if info.header_offset + info.compress_size > size:
+                    return f"array {name} runs past the end of the file"
+                with archive.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape = read_header(f)[0]
+                if not shape or shape[0] != samples:
+                    return f"array {name} has shape {shape}, metadata.json says {samples} samples"
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+class PretrainingData:
+    """Shards of one prepared directory, addressed as one stream per epoch.
+
+    The stream is block-shuffled: the shard order and the order inside each shard are permuted
+    from (seed, epoch), so only one or two shards are read at a time.
+    """
+
+    def __init__(self, data_dir: str | Path, seed: int = 0):
+        self.dir = Path(data_dir)
+        meta_path = self.dir / "metadata.json"
+        if not meta_path.is_file():
+            raise SystemExit(f"{self.dir} has no metadata.json: prepare it with scripts/download_data.sh")
+        self.meta = json.loads(meta_path.read_text())
+        if self.meta.get("format") != FORMAT:
+            raise SystemExit(f"{meta_path} is not a {FORMAT} description")
+        missing = [s["file"] for s in self.meta["shards"] if not (self.dir / s["file"]).is_file()]
+        if missing:
+            raise SystemExit(f"{self.dir} lacks shards {missing[:3]} listed in metadata.json")
+        fields = {f.name for f in dataclasses.fields(SampleSpec)}
+        self.spec = SampleSpec(**{k: v for k, v in self.meta.items() if k in fields})
+        arrays = SHARD_FIELDS + (STATIC_MASK_FIELDS if self.spec.masking == "static" else ())
+        for shard in self.meta["shards"]:
+            path = self.dir / shard["file"]
+            problem = shard_problem(path, shard["samples"], arrays)
+            if problem:
+                raise SystemExit(
+                    f"error: shard {path} is damaged ({problem}): prepare {self.dir} again "
+                    "(scripts/download_data.sh prepare)"
+                )
+        self.specials = Specials(**self.meta["specials"])
+        self.sizes = np.array([s["samples"] for s in self.meta["shards"]])
+        self.seed = seed
+        self._cache: dict[int, dict] = {}
+        self._perms: dict[tuple[int, int], np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return int(self.sizes.sum())
+
+    def _shard(self, k: int) -> dict:
+        if k not in self._cache:
+            if len(self._cache) >= 2:
+                self._cache.pop(next(iter(self._cache)))
+            path = self.dir / self.meta["shards"][k]["file"]
+            try:
+                with np.load(path) as f:
+                    self._cache[k] = {name: f[name] for name in f.files}
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+                raise ShardError(f"shard {path} is damaged ({type(e).__name__}: {e})") from None
+        return self._cache[k]
+
+    def locate(self, epoch: int, position: int) -> tuple[int, int]:
+        """(shard, row) of the sample at `position` of epoch `epoch`'s stream."""
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.sizes))
+        ends = np.cumsum(self.sizes[order])
+        j = int(np.searchsorted(ends, position, side="right"))
+        shard = int(order[j])
+        local = position - (int(ends[j - 1]) if j else 0)
+        key = (epoch, shard)
+        if key not in self._perms:
+            if len(self._perms) > 4:
+                self._perms.pop(next(iter(self._perms)))
+            self._perms[key] = np.random.default_rng([self.seed, epoch, shard]).permutation(self.sizes[shard])
+        return shard, int(self._perms[key][local])
+
+    def sample(self, epoch: int, position: int) -> dict:
+        shard, row = self.locate(epoch, position)
+        arrays = {k: v[row] for k, v in self._shard(shard).items()}
+        if self.spec.masking == "dynamic":
+            rng = np.random.default_rng([self.seed, epoch, shard, row, 1])
+            masked, positions, labels = mask_tokens(
+                arrays["input_ids"], arrays["seq_ids"], self.spec, self.specials, rng
+            )
+            arrays.update(input_ids=masked, mlm_positions=positions, mlm_labels=labels)
+        return arrays
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m zoo.bert_data", description="BERT pretraining data preparation."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    wiki = sub.add_parser(
+        "wikipedia", help="download (resumable) and extract an English Wikipedia dump to text"
+    )
+    add_data_dir(wiki, "the dump and the extracted text (DIR/text)")
+    wiki.add_argument("--url", default=None, help="dump URL (default: the latest enwiki pages-articles)")
+    wiki.add_argument(
+        "--dump", default=None, help="use this local dump (.xml or .xml.bz2) instead of downloading"
+    )
+    wiki.add_argument("--docs-per-file", type=int, default=10000)
+
+    vocab = sub.add_parser("vocab", help="fetch the bert-large-uncased vocab.txt, or train one on text")
+    add_data_dir(vocab, "vocab.txt")
+    vocab.add_argument("--train", nargs="*", default=None, help="train a WordPiece vocab on these files/dirs")
+    vocab.add_argument("--vocab-size", type=int, default=30522)
+
+    squad = sub.add_parser("squad", help="download SQuAD v1.1 train-v1.1.json and dev-v1.1.json")
+    add_data_dir(squad, "train-v1.1.json and dev-v1.1.json")
+
+    prep = sub.add_parser("prepare", help="text -> sharded, packed, (statically) masked samples")
+    prep.add_argument("--input", nargs="+", required=True, help="text files or directories")
+    prep.add_argument("--vocab", required=True, help="vocab.txt")
+    add_data_dir(prep, "the prepared samples (shards + metadata.json), what train.sh --data-dir reads")
+    prep.add_argument("--max-seq", type=int, default=128, help="128 for phase 1, 512 for phase 2")
+    prep.add_argument("--max-predictions", type=int, default=None, help="default: 20 at 128, 80 at 512")
+    prep.add_argument("--no-packing", dest="packing", action="store_false", help="one sequence per sample")
+    prep.add_argument("--nsp", action="store_true", help="A/B pairs with next-sentence labels")
+    prep.add_argument("--masking", choices=["dynamic", "static"], default="dynamic")
+    prep.add_argument("--short-seq-prob", type=float, default=None, help="default: 0.1 unpacked, 0 packed")
+    prep.add_argument("--max-sequences", type=int, default=0, help="per packed sample (default max_seq/16)")
+    prep.add_argument(
+        "--dupe-factor", type=int, default=1, help="passes over the text (static masking: 5-10)"
+    )
+    prep.add_argument("--shard-size", type=int, default=65536, help="samples per shard")
+    prep.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    prep.add_argument("--seed", type=int, default=12345)
+    args = parse_cli_args(parser, argv, renamed={"--out": "--data-dir"})
+    if not args.data_dir:
+        raise SystemExit(f"error: {args.command} needs --data-dir DIR (or DATA_DIR)")
+
+    if args.command == "wikipedia":
+        _wikipedia(args)
+    elif args.command == "vocab":
+        _vocab(args)
+    elif args.command == "squad":
+        _squad(args)
+    else:
+        max_predictions = args.max_predictions or {128: 20, 512: 80}.get(
+            args.max_seq, math.ceil(args.max_seq * 0.15)
+        )
+        short = args.short_seq_prob if args.short_seq_prob is not None else (0.0 if args.packing else 0.1)
+        spec = SampleSpec(
+            max_seq=args.max_seq,
+            max_predictions=max_predictions,
+            packing=args.packing,
+            nsp=args.nsp,
+            masking=args.masking,
+            short_seq_prob=short,
+            max_sequences=args.max_sequences,
+        )
+        meta = prepare(
+            args.input, args.vocab, args.data_dir, spec, dupe_factor=args.dupe_factor, shard_size=args.shard_size,
+            workers=args.workers, seed=args.seed,
+        )  # fmt: skip
+        print(
+            f"{meta['samples']} samples holding {meta['sequences']} sequences "
+            f"({meta['sequences'] / meta['samples']:.2f} per sample, "
+            f"{meta['tokens'] / (meta['samples'] * spec.max_seq):.1%} of tokens real) in {len(meta['shards'])} shards "
+            f"-> {args.data_dir}"
+        )
+
+
+def add_data_dir(parser: argparse.ArgumentParser, holds: str) -> None:
+    parser.add_argument(
+        "--data-dir", default=os.environ.get("DATA_DIR"), help=f"folder for {holds} ($DATA_DIR)"
+    )
+
+
+def _wikipedia(args) -> None:
+    from zoo.text import EXTRACTION_MARKER, WIKIPEDIA_URL, extract_wikipedia
+
+    out = Path(args.data_dir)
+    if (out / "text" / EXTRACTION_MARKER).is_file():  # checked before the dump is fetched again
+        print(f"{out / 'text'} is complete ({EXTRACTION_MARKER} marker): not extracted again")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    if args.dump:
+        dump = Path(args.dump)
+        if not dump.is_file():
+            raise SystemExit(f"Wikipedia dump {dump} does not exist")
+    else:
+        from zoo.checkpoints import CheckpointError, download
+
+        url = args.url or WIKIPEDIA_URL
+        try:
+            dump = download(url, dest=out / Path(url).name, progress=True)
+        except CheckpointError as e:
+            raise SystemExit(str(e)) from None
+    files = extract_wikipedia(dump, out / "text", docs_per_file=args.docs_per_file)
+    print(f"{len(files)} text files in {out / 'text'}")
+
+
+def _squad(args) -> None:
+    from zoo.checkpoints import CheckpointError, download
+    from zoo.squad import SQUAD_URLS
+
+    for name, url in SQUAD_URLS.items():
+        try:
+            print(download(url, dest=Path(args.data_dir) / name, progress=True))
+        except CheckpointError as e:
+            raise SystemExit(str(e)) from None
+
+
+def _vocab(args) -> None:
+    from zoo.wordpiece import UNCASED_VOCAB_SIZE, UNCASED_VOCAB_URL, load_tokenizer, train_vocab
+
+    out = Path(args.data_dir)
+    if args.train:
+        path = train_vocab(args.train, out, vocab_size=args.vocab_size)
+    else:
+        from zoo.checkpoints import CheckpointError, download
+
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            path = download(UNCASED_VOCAB_URL, dest=out / "vocab.txt", progress=True)
+        except CheckpointError as e:
+            raise SystemExit(str(e)) from None
+        size = load_tokenizer(path).get_vocab_size()
+        if size != UNCASED_VOCAB_SIZE:
+            raise SystemExit(f"{path} has {size} tokens, expected {UNCASED_VOCAB_SIZE}")
+    print(f"vocabulary: {path} ({load_tokenizer(path).get_vocab_size()} tokens)")
+
+
+if __name__ == "__main__":
+    main()
