@@ -241,7 +241,7 @@ class BertPretrainer(keras.Model):
         super().__init__(**kwargs)
         self.config, self.nsp = config, nsp
         init = _init(config)
-        self.bert = BertEncoder(config, with_pooler=True, name="bert")
+        self.bert = BertEncoder(config, with_pooler=nsp, name="bert")  # the pooler feeds only NSP
         self.mlm_dense = keras.layers.Dense(config.hidden_size, kernel_initializer=init, name="mlm_dense")
         self.mlm_norm = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name="mlm_norm")
         self.mlm_bias = self.add_weight(shape=(config.vocab_size,), initializer="zeros", name="mlm_bias")
@@ -325,6 +325,16 @@ def nsp_loss_sum(nsp_logits, nsp_labels):
     real = ops.cast(labels >= 0, "float32")
     per = keras.losses.sparse_categorical_crossentropy(ops.maximum(labels, 0), nsp_logits, from_logits=True)
     return ops.sum(per * real), ops.sum(real)
+
+
+def dropout_states(model) -> list:
+    """The state variables of the model's dropout generators: checkpointed so a resumed run draws the
+    masks the unbroken run would have drawn."""
+    return [
+        layer.seed_generator.state
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.Dropout) and getattr(layer, "seed_generator", None) is not None
+    ]
 
 
 def parameter_count(model) -> int:

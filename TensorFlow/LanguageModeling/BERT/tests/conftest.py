@@ -62,3 +62,18 @@ def torch_side() -> tuple[Path, Path]:
     if not (TORCH_BERT / "bert" / "convert.py").is_file():
         pytest.skip(f"{TORCH_BERT} is not in this checkout: the PyTorch side cannot run")
     return TORCH_PYTHON, TORCH_BERT
+
+
+@pytest.fixture(scope="session")
+def pretrained_run(packed_data, tmp_path_factory):
+    """(run dir, summary) of the tiny recipe on the licence texts: shared by the learning, MLPerf,
+    SQuAD-initialisation and export tests."""
+    import keras
+    from bert_tf.pretrain import main
+
+    run = tmp_path_factory.mktemp("pretrained")
+    before = keras.mixed_precision.global_policy().name
+    recipe = MODEL_DIR / "configs" / "pretrain_tiny_cpu.yaml"
+    summary = main(["--recipe", str(recipe), "--data-dir", str(packed_data), "--results-dir", str(run)])
+    keras.mixed_precision.set_global_policy(before)
+    return run, summary

@@ -1,0 +1,145 @@
+"""Pretraining on real English text: the loss falls and the MLM accuracy beats chance; exact resume;
+the MLM-accuracy target stops the run; the MLPerf log passes the compliance checker; two
+MultiWorkerMirroredStrategy workers on 127.0.0.1 hold identical weights."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
+TINY = str(MODEL_DIR / "configs" / "pretrain_tiny_cpu.yaml")
+
+
+def _events(path):
+    return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in path.read_text().splitlines()]
+
+
+def test_loss_falls_and_mlm_accuracy_beats_chance(pretrained_run):
+    run, summary = pretrained_run
+    losses = summary["losses"]
+    assert summary["steps"] == 40 and len(losses) == 40
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5, losses
+    # 1,000 WordPieces: guessing is right 0.1% of the time; the frequent words alone give far more
+    assert summary["mlm_accuracy"] > 0.03
+    evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in evals if r.get("phase") == "eval"] == [20, 40]
+    info = json.loads((run / "run.json").read_text())
+    assert info["task"] == "pretraining" and info["config"]["hidden_size"] == 64
+    assert sorted(np.load(run / "model.npz").files)[0] == "bert/embeddings/LayerNorm/beta"
+
+
+def test_mlperf_log_passes_the_checker(pretrained_run):
+    from zoo.mlperf import RULESETS, check_log
+
+    run, _ = pretrained_run
+    assert RULESETS["bert"] == "5.0.0"  # the ruleset the README names
+    check_log(run / "mlperf.log", "bert")
+    events = _events(run / "mlperf.log")
+    keys = [e["key"] for e in events]
+    assert keys.index("init_stop") < keys.index("run_start") < keys.index("block_start")
+    values = {e["key"]: e["value"] for e in events}
+    assert values["opt_name"] == "lamb" and values["global_batch_size"] == 8
+    assert values["opt_learning_rate_training_steps"] == 40 and values["gradient_accumulation_steps"] == 1
+    accuracy = [e for e in events if e["key"] == "eval_accuracy"]
+    assert [e["metadata"]["epoch_num"] for e in accuracy] == [160, 320]  # samples trained
+    assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
+
+
+def _run(args, policy_restore=True):
+    import keras
+    from bert_tf.pretrain import main
+
+    before = keras.mixed_precision.global_policy().name
+    try:
+        return main([str(a) for a in args])
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+
+
+def test_resume_continues_the_same_run(packed_data, tmp_path):
+    """4 steps then 4 more after --resume auto == 8 unbroken steps (losses and weights), accumulation 2."""
+    common = ["--recipe", TINY, "--data-dir", packed_data, "--steps", 8, "--accumulation", 2]
+    common += ["--eval-every", 100, "--checkpoint-every", 2, "--batch-size", 4]
+    whole = _run([*common, "--results-dir", tmp_path / "whole"])
+    first = _run([*common, "--results-dir", tmp_path / "split", "--stop-after", 4])
+    with pytest.raises(SystemExit, match="pass --resume auto to continue it"):
+        _run([*common, "--results-dir", tmp_path / "split"])
+    rest = _run([*common, "--results-dir", tmp_path / "split", "--resume", "auto"])
+    assert first["steps"] == 4 and rest["steps"] == 8
+    np.testing.assert_allclose(first["losses"] + rest["losses"], whole["losses"], rtol=1e-5)
+    a, b = np.load(tmp_path / "whole" / "model.npz"), np.load(tmp_path / "split" / "model.npz")
+    for name in a.files:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    from zoo.mlperf import check_log
+
+    check_log(tmp_path / "split" / "mlperf-resumed-from-ckpt-4.log", "bert")
+
+
+def test_mlm_accuracy_target_stops_the_run(packed_data, tmp_path):
+    summary = _run(
+        ["--recipe", TINY, "--data-dir", packed_data, "--results-dir", tmp_path, "--eval-every", 2]
+        + ["--target-mlm-accuracy", 0.001, "--steps", 30]
+    )
+    assert summary["steps"] == 2 and summary["reached_target"]
+    assert _events(tmp_path / "mlperf.log")[-1]["metadata"]["status"] == "success"
+    with pytest.raises(SystemExit, match="is a fraction"):
+        _run(["--recipe", TINY, "--synthetic", "--results-dir", tmp_path / "x", "--target-mlm-accuracy", 72])
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_on_localhost_end_with_identical_weights(packed_data, tmp_path):
+    """MultiWorkerMirroredStrategy, TF_CONFIG with 2 workers on 127.0.0.1 (ring all-reduce on the CPU)."""
+    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    procs = []
+    for index in range(2):
+        env = dict(os.environ, PYTHONPATH=str(MODEL_DIR), TF_CPP_MIN_LOG_LEVEL="2")
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        )
+        cmd = [sys.executable, "-m", "bert_tf.pretrain", "--recipe", TINY, "--data-dir", str(packed_data)]
+        cmd += [
+            "--results-dir",
+            str(tmp_path / "run"),
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--eval-every",
+            "3",
+        ]
+        cmd += ["--dump-weights", str(tmp_path / "w{worker}.npz")]
+        log = open(tmp_path / f"worker{index}.log", "w")  # noqa: SIM115 - closed below
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    try:
+        codes = [p.wait(timeout=300) for p, _ in procs]
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.kill()
+            log.close()
+    logs = [(tmp_path / f"worker{i}.log").read_text()[-2000:] for i in range(2)]
+    assert codes == [0, 0], logs
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["workers"] == 2 and run["global_batch"] == 8 and run["distribution"] == "multiworker"
+    w0, w1 = np.load(tmp_path / "w0.npz"), np.load(tmp_path / "w1.npz")
+    assert sorted(w0.files) == sorted(w1.files)
+    for key in w0.files:
+        np.testing.assert_allclose(w0[key], w1[key], rtol=1e-5, atol=1e-7, err_msg=key)
+    start = np.load(tmp_path / "run" / "model.npz")["bert/embeddings/word_embeddings"]
+    assert start.shape[0] == 1000
+    assert not (tmp_path / "run" / ".worker1_checkpoints").exists()
