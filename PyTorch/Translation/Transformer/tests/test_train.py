@@ -175,6 +175,26 @@ def test_evaluate_a_file_with_mismatched_reference_is_a_one_line_error(trained, 
     assert not (tmp_path / "eval").exists()
 
 
+def test_evaluate_sh_offers_only_flags_it_uses():
+    """The checkpoint carries the model and its decoding settings: evaluate takes no recipe."""
+    script = str(MODEL_DIR / "scripts" / "evaluate.sh")
+    env = dict(os.environ, PYTHON=sys.executable)
+    shown = subprocess.run(["bash", script, "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    for flag in ("--checkpoint", "--data-dir", "--results-dir", "--amp {bf16,fp16,fp32}", "--beam"):
+        assert flag in shown.stdout, flag
+    assert "--recipe" not in shown.stdout and "--set" not in shown.stdout, shown.stdout
+    refused = subprocess.run(
+        ["bash", script, "--checkpoint", "model.pt", "--recipe", "x.yaml"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1].endswith("unrecognized arguments: --recipe x.yaml")
+
+
 @pytest.mark.parametrize("amp", ["bf16", "fp16"])
 def test_mixed_precision_trains_on_the_cpu(small_data, tmp_path, amp):
     summary = run(small_data, tmp_path, "--epochs", "1", "--amp", amp)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 
 import torch
@@ -61,17 +62,24 @@ def tokenizer_for(data_dir, checkpoint):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from zoo.cli import add_run_args
-
-    from transformer.train import DEFAULT_RECIPE
+    """The flags; no --recipe: the model and its decoding settings come with the checkpoint."""
+    from zoo.cli import AMP_CHOICES
 
     parser = argparse.ArgumentParser(
         prog="python -m transformer.evaluate", description=__doc__.splitlines()[0]
     )
-    add_run_args(
-        parser, default_recipe=DEFAULT_RECIPE, resume=False, data_help="prepared data folder ($DATA_DIR)"
-    )
     parser.add_argument("--checkpoint", required=True, help="model.pt or checkpoint.pt")
+    parser.add_argument(
+        "--data-dir", default=os.environ.get("DATA_DIR"), help="prepared data folder ($DATA_DIR)"
+    )
+    parser.add_argument(
+        "--results-dir",
+        default=os.environ.get("RESULTS_DIR", "results"),
+        help="where translations.txt and evaluation.json go unless --output ($RESULTS_DIR)",
+    )
+    parser.add_argument(
+        "--amp", choices=AMP_CHOICES, default="fp32", help="mixed precision (fp32: no autocast)"
+    )
     parser.add_argument("--split", default="test", help="the data folder's split to score (default test)")
     parser.add_argument("--input", default=None, help="translate this file (one sentence per line) instead")
     parser.add_argument("--reference", default=None, help="score --input's translations against this file")
@@ -98,7 +106,6 @@ def main(argv=None) -> dict:
         )
     eval_cfg = settings["eval"]
     langs = settings["langs"]
-    amp = args.amp or "fp32"
     if args.input:
         source = pathlib.Path(args.input)
         if not source.is_file():
@@ -114,7 +121,7 @@ def main(argv=None) -> dict:
         lines, refs = read_parallel(
             data_dir / f"{args.split}.{langs[0]}", data_dir / f"{args.split}.{langs[1]}"
         )
-    with autocast(device, amp):
+    with autocast(device, args.amp):
         hyps = translate_lines(
             model,
             tokenizer,
