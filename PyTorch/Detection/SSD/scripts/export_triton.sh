@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SSD300: export ONNX models into a Triton model repository. Arguments go to ssd.export (--help lists them).
+# SSD300: export the inference model (ONNX, TorchScript) into a Triton model repository. Arguments go to ssd.export (--help lists them).
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}:${PYTHONPATH:-}"

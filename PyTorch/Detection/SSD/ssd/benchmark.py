@@ -1,12 +1,19 @@
-"""Training and inference images/s of our SSD300 next to torchvision's ``ssd300_vgg16`` (weights=None),
-in one call on the same device with the same synthetic batch (300x300 images, 8 boxes per image).
+"""Training and inference images/s of our SSD300 (a recipe) next to the same network written with
+torchvision's ``SSD`` class and torchvision's ``ssd300_vgg16``, on the same device and synthetic batch.
 
-    python -m ssd.benchmark --mode both --batch-size 64 --amp bf16 --output bench.json
-    torchrun --nproc_per_node 4 -m ssd.benchmark --mode train     # DDP scaling (global images/s)
-    python -m ssd.benchmark --smoke --device cpu                   # seconds on a CPU: checks the path
+    python -m ssd.benchmark --batch-size 64 --amp bf16 --output bench.json
+    python -m ssd.benchmark --models ours --set compile_mode=reduce-overhead   # the recipe with one lever set
+    python -m ssd.benchmark --models ours --variant compile=false              # and a row without compiling
+    torchrun --nproc_per_node 4 -m ssd.benchmark --mode train                  # DDP scaling (global images/s)
+    python -m ssd.benchmark --smoke --device cpu                                # seconds on a CPU: checks the path
 
-Train steps include target matching, loss, backward and an SGD step; inference includes decoding
-and per-class NMS (torchvision's model does its own resize/normalise, matching and NMS inside).
+"ours" is built from --recipe (default: the 1-GPU recipe) and --set overrides, with the training
+step that ssd.train runs (ssd.step.TrainStep: matching, forward, loss, backward, SGD, schedule) on
+the batch that ``ssd.train --synthetic`` uses, and for inference the model that evaluation and export
+use (ssd.model.build_inference_model: BatchNorm folded, weights in --amp's precision) plus decoding
+and per-class NMS. The baselines (ssd.baselines) run eager under autocast, as a user would call
+them: a list of images and target dicts (they resize, normalise and match inside), channels_last
+and a fused SGD as ours.
 """
 
 from __future__ import annotations
@@ -14,201 +21,238 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+from pathlib import Path
 
 import torch
-from zoo.cli import AMP_CHOICES
-from zoo.cli import parse_args as parse_cli
-from zoo.torch import (
-    autocast,
-    close_distributed,
-    distributed_model,
-    fast_math,
-    grad_scaler,
-    init_distributed,
-)
+import zoo.cli
+from zoo.torch import autocast, close_distributed, distributed_model, fast_math, grad_scaler, init_distributed
 
-from ssd.boxes import default_boxes, match, postprocess
-from ssd.loss import SSDLoss
-from ssd.model import SSD300
+from ssd.baselines import BASELINES
+from ssd.boxes import postprocess
+from ssd.data import SyntheticLoader
+from ssd.model import build_inference_model
+from ssd.step import TrainStep
 
-MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
-STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+DEFAULT_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "ssd300_coco_65ep.yaml"
+MODELS = ("ours", *BASELINES)
+# The flags of the benchmark before levers became recipe keys.
+RENAMED = {
+    "--compile": "--set compile=true",
+    "--channels-last": "--set channels_last=true",
+    "--no-channels-last": "--set channels_last=false",
+}
 
 
-def parse_args(argv=None):
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m ssd.benchmark",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    zoo.cli.add_run_args(p, default_recipe=DEFAULT_RECIPE, data_dir=False, results_dir=False, resume=False)
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="also measure ours with these recipe overrides on top of --set (one row each; repeatable)",
+    )
     p.add_argument("--mode", choices=("train", "inference", "both"), default="both")
-    p.add_argument("--models", default="ours,torchvision", help="comma list of: ours, torchvision")
-    p.add_argument("--batch-size", type=int, default=64, help="per process")
-    p.add_argument("--amp", choices=AMP_CHOICES, default="bf16", help="mixed precision (fp32: no autocast)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=50)
-    p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--compile", action="store_true", help="torch.compile both models' forward")
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma list of: {', '.join(MODELS)}")
+    p.add_argument("--batch-size", type=int, help="per process (recipe: batch_size)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps first (compiling happens here)")
+    p.add_argument("--iters", type=int, default=30, help="timed steps per window")
+    p.add_argument("--windows", type=int, default=3, help="training: the median window's images/s")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda:LOCAL_RANK where CUDA is)")
     p.add_argument(
-        "--num-classes", type=int, default=81, help="ours; torchvision's gets num_classes + 10 (91)"
+        "--num-classes", type=int, default=81, help="ours and torchvision-ssd; ssd300_vgg16 has 91"
     )
     p.add_argument("--output", help="JSON report (zoo.bench/v1)")
-    p.add_argument("--smoke", action="store_true", help="batch 2, 1 warm-up, 2 iterations")
-    a = parse_cli(p, argv)
+    p.add_argument("--smoke", action="store_true", help="batch 2, 1 warm-up, 2 iterations, no compiling")
+    a = zoo.cli.parse_args(p, argv, renamed=RENAMED)
     if a.smoke:
-        a.batch_size, a.warmup, a.iters = 2, 1, 2
+        a.batch_size, a.warmup, a.iters, a.windows = 2, 1, 2, 1
+        a.set = [*a.set, "compile=false"]
     return a
 
 
-def synthetic_batch(batch: int, num_classes: int, device, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    images01 = torch.rand(batch, 3, 300, 300, generator=g)
-    xy = torch.rand(batch, 8, 2, generator=g) * 0.7
-    boxes = torch.cat([xy, xy + 0.05 + torch.rand(batch, 8, 2, generator=g) * 0.25], -1)
-    labels = torch.randint(1, num_classes, (batch, 8), generator=g)
-    return images01.to(device), boxes.to(device), labels.to(device)
+def synthetic_batch(batch_size: int, num_classes: int, device):
+    """The batch of ``ssd.train --synthetic`` (normalised random images, 8 boxes per image)."""
+    return SyntheticLoader(batch_size, 1, num_classes=num_classes, device=device).batch
 
 
-def wrap_ddp(model, device, world):
-    """DistributedDataParallel (zoo.torch's) when several processes run, else the model itself."""
-    return distributed_model(model, device) if world > 1 else model
-
-
-def ours_steps(a, device, world):
-    """(train_step, infer_step) closures for our SSD300."""
-    model = SSD300(num_classes=a.num_classes).to(device)
-    if a.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    images01, boxes, labels = synthetic_batch(a.batch_size, a.num_classes, device)
-    images = ((images01 - MEAN.to(device)) / STD.to(device)).contiguous(
-        memory_format=torch.channels_last if a.channels_last else torch.contiguous_format
-    )
-    dboxes = default_boxes().to(device)
-    criterion = SSDLoss()
-    train_model = wrap_ddp(model, device, world)
-    fwd_train = torch.compile(train_model) if a.compile else train_model
-    fwd_eval = torch.compile(model) if a.compile else model
-    opt = torch.optim.SGD(
-        model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-4, fused=device.type == "cuda"
-    )
-    scaler = grad_scaler(device, a.amp)
+def ours_steps(recipe: dict, a, device, world):
+    """(train_step, infer_step) of our SSD300: the recipe's training step and the inference model."""
+    step = TrainStep(recipe, device, steps_per_epoch=1000, num_classes=a.num_classes, world_size=world)
+    infer_model = build_inference_model(step.model, recipe["amp"], channels_last=step.channels_last)
+    batch = synthetic_batch(recipe["batch_size"], a.num_classes, device)
+    step.train()
 
     def train_step():
-        model.train()
-        with torch.no_grad():
-            loc_t, cls_t = match(boxes, labels, dboxes)
-        with autocast(device, a.amp):
-            loc, logits = fwd_train(images)
-        loss = criterion(loc, logits, loc_t, cls_t)
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
+        step(batch.images, batch.boxes, batch.labels)
 
     @torch.no_grad()
     def infer_step():
-        model.eval()
-        with autocast(device, a.amp):
-            loc, logits = fwd_eval(images)
-        postprocess(loc, logits, dboxes)
+        loc, logits = infer_model(batch.images)
+        postprocess(loc, logits, step.dboxes)
 
     return train_step, infer_step
 
 
-def torchvision_steps(a, device, world):
-    """(train_step, infer_step) closures for torchvision's ssd300_vgg16, used as a user would."""
-    from torchvision.models.detection import ssd300_vgg16
-
-    model = ssd300_vgg16(weights=None, weights_backbone=None, num_classes=a.num_classes + 10).to(device)
-    if a.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    images01, boxes, labels = synthetic_batch(a.batch_size, a.num_classes, device)
-    image_list = list(images01)
-    targets = [{"boxes": b * 300, "labels": lab} for b, lab in zip(boxes, labels, strict=True)]
-    train_model = wrap_ddp(model, device, world)
-    fwd_train = torch.compile(train_model) if a.compile else train_model
-    fwd_eval = torch.compile(model) if a.compile else model
-    opt = torch.optim.SGD(
+def baseline_steps(name: str, recipe: dict, a, device, world):
+    """(train_step, infer_step) of a torchvision baseline, called as a user would call it."""
+    model = BASELINES[name](a.num_classes) if name == "torchvision-ssd" else BASELINES[name]()
+    model = model.to(device).to(memory_format=torch.channels_last)
+    batch = synthetic_batch(recipe["batch_size"], a.num_classes, device)
+    images = list(batch.images)
+    targets = [{"boxes": b * 300, "labels": lab} for b, lab in zip(batch.boxes, batch.labels, strict=True)]
+    network = distributed_model(model, device) if world > 1 else model
+    optimizer = torch.optim.SGD(
         model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-4, fused=device.type == "cuda"
     )
-    scaler = grad_scaler(device, a.amp)
+    amp = recipe["amp"]
+    scaler = grad_scaler(device, amp)
 
     def train_step():
         model.train()
-        with autocast(device, a.amp):
-            losses = fwd_train(image_list, targets)
+        with autocast(device, amp):
+            losses = network(images, targets)
         loss = sum(losses.values())
-        opt.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
-        scaler.step(opt)
+        scaler.step(optimizer)
         scaler.update()
 
     @torch.no_grad()
     def infer_step():
         model.eval()
-        with autocast(device, a.amp):
-            fwd_eval(image_list)
+        with autocast(device, amp):
+            model(images)
 
     return train_step, infer_step
+
+
+def levers(recipe: dict) -> dict:
+    """The recipe's speed keys, as a report row records them."""
+    return {
+        "channels_last": recipe.get("channels_last", False),
+        "compile": recipe.get("compile", False),
+        "compile_mode": recipe.get("compile_mode", "default"),
+        "fused_optimizer": recipe["optimizer"].get("fused", False),
+    }
+
+
+def recipe_with(a, overrides: list[str]) -> dict:
+    """The recipe of --recipe, --set, --amp and --batch-size, then ``overrides`` (KEY=VALUE items)."""
+    return zoo.cli.recipe_from_args(
+        argparse.Namespace(**{**vars(a), "set": [*a.set, *overrides]}), {"batch_size": "batch_size"}
+    )
 
 
 def run(a) -> list[dict]:
     from zoo.bench import measure
 
+    recipe = recipe_with(a, [])
     env, device = init_distributed(a.device)
     world = env.world_size
     fast_math(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     modes = ("train", "inference") if a.mode == "both" else (a.mode,)
-    builders = {"ours": ours_steps, "torchvision": torchvision_steps}
     names = [m for m in a.models.split(",") if m]
     for m in names:
-        if m not in builders:
-            raise SystemExit(f"unknown model '{m}' in --models (choose from {', '.join(builders)})")
-    results = []
+        if m not in MODELS:
+            raise SystemExit(f"error: unknown model '{m}' in --models (choose from {', '.join(MODELS)})")
+    runs = []  # (model, its variant's overrides, its recipe): every recipe checked before any work
     for name in names:
-        train_step, infer_step = builders[name](a, device, world)
+        runs.append((name, [], recipe))
+        if name == "ours":
+            variants = [[item for item in v.split(",") if item] for v in a.variant]
+            runs += [(name, variant, recipe_with(a, variant)) for variant in variants]
+    results = []
+    for name, variant, measured in runs:
+        batch_size = measured["batch_size"]
+        if name == "ours":
+            train_step, infer_step = ours_steps(measured, a, device, world)
+        else:
+            train_step, infer_step = baseline_steps(name, measured, a, device, world)
         for mode in modes:
             if mode == "inference" and world > 1:
                 continue  # inference is per GPU; measure it with one process
-            fn = train_step if mode == "train" else infer_step
-            # per_call: a step's latency as well (synchronised around every step)
-            s = measure(
-                fn, items_per_call=a.batch_size, warmup=a.warmup, iters=a.iters, sync=sync, per_call=True
-            )
-            s["throughput"] *= world  # global images/s (every rank runs the same step in lock-step)
-            results.append(
-                {
-                    "model": name,
-                    "mode": mode,
-                    "batch_size": a.batch_size,
-                    "world_size": world,
-                    "amp": a.amp,
-                    "channels_last": a.channels_last,
-                    "compile": a.compile,
-                    **s,
-                }
-            )
-            if env.rank == 0:
-                print(
-                    f"{name:12s} {mode:9s} batch {a.batch_size} x {world}: {s['throughput']:.1f} img/s "
-                    f"(p50 step {s['latency_ms']['p50']:.1f} ms)",
-                    file=sys.stderr,
+            if mode == "train":  # the host queues steps ahead of the device, as in ssd.train
+                s = measure(
+                    train_step,
+                    items_per_call=batch_size,
+                    warmup=a.warmup,
+                    iters=a.iters,
+                    windows=a.windows,
+                    sync=sync,
                 )
+            else:  # per_call: a batch's latency too (synchronised around every call)
+                s = measure(
+                    infer_step,
+                    items_per_call=batch_size,
+                    warmup=a.warmup,
+                    iters=a.iters,
+                    sync=sync,
+                    per_call=True,
+                )
+            s["throughput"] *= world  # global images/s (every rank runs the same step in lock-step)
+            row = {
+                "model": name,
+                "mode": mode,
+                "batch_size": batch_size,
+                "world_size": world,
+                "amp": measured["amp"],
+            }
+            if name == "ours":
+                row.update(recipe=str(a.recipe), overrides=[*a.set, *variant], variant=",".join(variant))
+                row.update(levers(measured))
+            results.append({**row, **s})
+            if env.rank == 0:
+                label = f"{name} {','.join(variant)}".strip()
+                print(f"{label:40s} {mode:9s} {s['throughput']:9.1f} img/s", file=sys.stderr, flush=True)
+        del train_step, infer_step
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    for mode in modes:
-        by = {r["model"]: r["throughput"] for r in results if r["mode"] == mode}
-        if "ours" in by and "torchvision" in by:
-            ratio = by["ours"] / by["torchvision"]
-            for r in results:
-                if r["mode"] == mode and r["model"] == "ours":
-                    r["speedup_vs_torchvision"] = ratio
-            if env.rank == 0:
-                print(f"{mode}: ours / torchvision ssd300_vgg16 = {ratio:.2f}x", file=sys.stderr)
+    add_ratios(results)
+    if env.rank == 0:
+        print(format_table(results))
     close_distributed()
     return results if env.rank == 0 else []
+
+
+def add_ratios(results: list[dict]) -> None:
+    """``speedup_vs_<baseline>`` on each "ours" row: its images/s over the baseline's, same mode."""
+    for row in results:
+        if row["model"] != "ours":
+            continue
+        for other in results:
+            if other["model"] in BASELINES and other["mode"] == row["mode"]:
+                row[f"speedup_vs_{other['model']}"] = row["throughput"] / other["throughput"]
+
+
+def format_table(results: list[dict]) -> str:
+    """One line per row: model, mode, batch x processes, precision, img/s, p50 ms, ratios, levers."""
+    lines = [
+        f"{'model':16s} {'mode':9s} {'batch':>9s} {'amp':4s} {'img/s':>9s} {'p50 ms':>8s}  "
+        "vs torchvision-ssd  vs ssd300_vgg16  settings"
+    ]
+    for r in results:
+        p50 = r.get("latency_ms", {}).get("p50")
+        ratios = [r.get(f"speedup_vs_{b}") for b in BASELINES]
+        settings = (
+            f"channels_last={r['channels_last']} compile={r['compile']} mode={r['compile_mode']} "
+            f"fused={r['fused_optimizer']}"
+            if r["model"] == "ours"
+            else "eager, autocast"
+        )
+        lines.append(
+            f"{r['model']:16s} {r['mode']:9s} {r['batch_size']:>5d} x {r['world_size']:<1d} {r['amp']:4s} "
+            f"{r['throughput']:9.1f} {p50 if p50 is not None else float('nan'):8.1f}  "
+            + "  ".join(f"{(f'{x:.2f}x' if x else '-'):>16s}" for x in ratios)
+            + f"  {settings.strip()}"
+        )
+    return "\n".join(lines)
 
 
 def main(argv=None) -> None:

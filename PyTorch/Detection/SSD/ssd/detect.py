@@ -67,6 +67,7 @@ def main(argv=None) -> None:
     from zoo.cli import parse_args
 
     from ssd.evaluate import load_model
+    from ssd.model import build_inference_model
 
     p = argparse.ArgumentParser(
         prog="python -m ssd.detect", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -81,7 +82,7 @@ def main(argv=None) -> None:
     state_names = torch.load(a.checkpoint, map_location="cpu", weights_only=False).get("category_names", {})
     names = {i + 1: state_names.get(cid, str(cid)) for i, cid in enumerate(category_ids)}
     pil, batch = load_images(a.images)
-    model.eval()
+    model = build_inference_model(model)
     with torch.no_grad():
         loc, logits = model(batch.to(a.device))
     dets = postprocess(loc, logits, default_boxes().to(a.device))

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import torch
-from zoo.torch import autocast
 
 from ssd.boxes import default_boxes, postprocess
 
@@ -31,11 +30,11 @@ def detect_dataset(
     category_ids,
     *,
     device,
-    amp: str = "fp32",
     max_steps: int | None = None,
     progress=None,
 ):
-    """Run the model over a loader; return COCO result dicts (bbox in original pixels, xywh).
+    """Run ``model`` (the inference model of :func:`ssd.model.build_inference_model`, which carries
+    its precision) over a loader; return COCO result dicts (bbox in original pixels, xywh).
 
     ``progress``: a ``zoo.log.MetricsLogger`` whose bar shows batches done/total and images/s.
     """
@@ -46,8 +45,7 @@ def detect_dataset(
         if max_steps is not None and step >= max_steps:
             break
         batch = batch.to(device)
-        with autocast(device, amp):
-            loc, logits = model(batch.images)
+        loc, logits = model(batch.images)
         for det, image_id, (h, w) in zip(
             postprocess(loc, logits, dboxes), batch.image_ids.tolist(), batch.sizes.tolist(), strict=True
         ):
@@ -147,6 +145,7 @@ def main(argv=None) -> None:
     from zoo.log import MetricsLogger
 
     from ssd.data import build_loader
+    from ssd.model import build_inference_model
 
     p = argparse.ArgumentParser(
         prog="python -m ssd.evaluate",
@@ -162,7 +161,12 @@ def main(argv=None) -> None:
     p.add_argument("--split", default="val2017")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--amp", choices=AMP_CHOICES, default="fp32", help="mixed precision (fp32: no autocast)")
+    p.add_argument(
+        "--amp",
+        choices=AMP_CHOICES,
+        default="fp32",
+        help="precision of the inference model (weights and compute; BatchNorm folded)",
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--results-json", help="also write the detections (COCO result format) here")
     a = parse_args(p, argv)
@@ -178,7 +182,9 @@ def main(argv=None) -> None:
         )
     t = time.time()
     with MetricsLogger(total_steps=len(loader), desc=f"detect {a.split}") as progress:
-        results = detect_dataset(model, loader, category_ids, device=a.device, amp=a.amp, progress=progress)
+        results = detect_dataset(
+            build_inference_model(model, a.amp), loader, category_ids, device=a.device, progress=progress
+        )
     seconds = time.time() - t
     if a.results_json:
         Path(a.results_json).write_text(json.dumps(results))

@@ -1,9 +1,13 @@
-"""Export SSD300 to ONNX and write a Triton model repository.
+"""Export SSD300's inference model to ONNX and TorchScript and write a Triton model repository.
 
-    python -m ssd.export --checkpoint results/model.pt --repository triton_repo
+    python -m ssd.export --checkpoint results/model.pt --repository triton_repo [--precision fp16]
 
-The repository holds three models:
+Every file holds the model of :func:`ssd.model.build_inference_model` (BatchNorm folded into the
+convolutions, weights and compute in ``--precision``, FP32 in and out), the one evaluation and the
+benchmark run. The repository holds four models:
   ssd300_onnx          onnxruntime_onnx: raw head outputs ``loc (N, 8732, 4)``, ``logits (N, 8732, C)``
+  ssd300_torchscript   pytorch_libtorch: the same outputs from a traced TorchScript file, tensors named
+                       by position (``INPUT__0`` the images, ``OUTPUT__0`` loc, ``OUTPUT__1`` logits)
   ssd300_decoded_onnx  onnxruntime_onnx: post-processing inside, ``boxes (N, 8732, 4)`` xyxy in [0, 1]
                        and ``scores (N, 8732, C)`` (softmax); NMS is left to the client
   ssd300_python        python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
@@ -12,6 +16,7 @@ The repository holds three models:
                        ``detection_labels`` (0 = padding) and ``num_detections``; the same boxes as
                        :func:`ssd.boxes.postprocess`
 Input everywhere: ``images (N, 3, 300, 300)`` FP32, normalised with the ImageNet mean/std.
+``--precision bf16`` is refused: onnxruntime has no bfloat16 convolutions.
 """
 
 from __future__ import annotations
@@ -24,15 +29,38 @@ from pathlib import Path
 import torch
 
 from ssd.boxes import default_boxes
-from ssd.model import SSD300, SSDWithPostprocess
+from ssd.model import SSD300, InferenceSSD, SSDWithPostprocess, build_inference_model
 
 MAX_DETECTIONS = 200
 POSTPROCESS = Path(__file__).with_name("triton_postprocess.py")
+EXPORT_PRECISIONS = ("fp32", "fp16")
+# The libtorch backend names tensors by position.
+LIBTORCH_INPUT, LIBTORCH_OUTPUTS = "INPUT__0", ("OUTPUT__0", "OUTPUT__1")
 
 
-def export_onnx(model: SSD300, path: str | Path, *, postprocess: bool, image_size: int = 300) -> Path:
-    """ONNX with a dynamic batch axis; outputs ``loc, logits`` or, with ``postprocess``, ``boxes, scores``."""
-    model = model.eval().float().cpu()
+def inference_model(model: SSD300 | InferenceSSD, precision: str = "fp32") -> InferenceSSD:
+    """The model every exported file holds: ``model``'s inference model on the CPU (an
+    :class:`InferenceSSD` is taken as it is)."""
+    if isinstance(model, InferenceSSD):
+        return model.eval()
+    check_precision(precision)
+    return build_inference_model(model.cpu(), precision)
+
+
+def check_precision(precision: str) -> None:
+    """A one-line SystemExit for a precision the exported files cannot carry."""
+    if precision not in EXPORT_PRECISIONS:
+        raise SystemExit(
+            f"error: --precision {precision}: onnxruntime runs no bfloat16 convolutions; use fp16 or fp32"
+        )
+
+
+def export_onnx(
+    model: SSD300 | InferenceSSD, path: str | Path, *, postprocess: bool, image_size: int = 300
+) -> Path:
+    """ONNX of the inference model (``model`` itself if it is one, else its fp32 inference model)
+    with a dynamic batch axis; outputs ``loc, logits`` or, with ``postprocess``, ``boxes, scores``."""
+    model = inference_model(model)
     # The exporter restores the wrapper's train/eval flag recursively afterwards: make it eval too.
     module = (SSDWithPostprocess(model, default_boxes()) if postprocess else model).eval()
     names = ["boxes", "scores"] if postprocess else ["loc", "logits"]
@@ -54,19 +82,36 @@ def export_onnx(model: SSD300, path: str | Path, *, postprocess: bool, image_siz
     return path
 
 
+def export_torchscript(model: SSD300 | InferenceSSD, path: str | Path, image_size: int = 300) -> Path:
+    """Traced TorchScript of the inference model (``model`` itself if it is one, else its fp32 one):
+    ``images (N, 3, S, S)`` FP32 -> ``loc``, ``logits`` FP32."""
+    model = inference_model(model)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, torch.zeros(2, 3, image_size, image_size))
+    tmp = path.with_suffix(".pt.tmp")
+    traced.save(str(tmp))
+    tmp.replace(path)
+    return path
+
+
 def write_repository(
     model: SSD300,
     repository: str | Path,
     *,
+    precision: str = "fp32",
     max_batch_size: int = 16,
     instance_kind: str = "KIND_GPU",
     score_threshold: float = 0.05,
     nms_threshold: float = 0.5,
 ) -> Path:
-    """Write the three models of the module docstring into ``repository``; returns its path."""
+    """Write the four models of the module docstring, each holding ``model``'s inference model in
+    ``precision`` (fp32 or fp16), into ``repository``; returns its path."""
     from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     repo = Path(repository)
+    model = inference_model(model, precision)
     c = model.num_classes
     images = [TensorSpec("images", "FP32", [3, 300, 300])]
     batching = {
@@ -86,6 +131,19 @@ def write_repository(
             dynamic_batching=batching,
         )
         write_model(repo, cfg, {"model.onnx": raw})
+        cfg = model_config(
+            "ssd300_torchscript",
+            platform="pytorch_libtorch",
+            max_batch_size=max_batch_size,
+            inputs=[TensorSpec(LIBTORCH_INPUT, "FP32", [3, 300, 300])],
+            outputs=[
+                TensorSpec(LIBTORCH_OUTPUTS[0], "FP32", [8732, 4]),
+                TensorSpec(LIBTORCH_OUTPUTS[1], "FP32", [8732, c]),
+            ],
+            instance_kind=instance_kind,
+            dynamic_batching=batching,
+        )
+        write_model(repo, cfg, {"model.pt": export_torchscript(model, Path(tmp) / "model.pt")})
         cfg = model_config(
             "ssd300_decoded_onnx",
             platform="onnxruntime_onnx",
@@ -135,6 +193,12 @@ def main(argv=None) -> None:
     p.add_argument(
         "--repository", default="triton_repo", help="model repository folder (replaced if present)"
     )
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "fp16", "bf16"),
+        default="fp32",
+        help="weights and compute of every exported file (inputs and outputs stay FP32); bf16 is refused",
+    )
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument(
         "--instance-kind",
@@ -143,6 +207,7 @@ def main(argv=None) -> None:
         help="instances of the ONNX models (the python model always runs on CPU)",
     )
     a = p.parse_args(argv)
+    check_precision(a.precision)
     if a.checkpoint:
         model, _ = load_model(a.checkpoint, "cpu")
     else:
@@ -151,8 +216,10 @@ def main(argv=None) -> None:
     repo = Path(a.repository)
     if repo.exists():
         shutil.rmtree(repo)
-    write_repository(model, repo, max_batch_size=a.max_batch_size, instance_kind=a.instance_kind)
-    print(f"wrote {', '.join(sorted(p.name for p in repo.iterdir()))} to {repo}")
+    write_repository(
+        model, repo, precision=a.precision, max_batch_size=a.max_batch_size, instance_kind=a.instance_kind
+    )
+    print(f"wrote {', '.join(sorted(p.name for p in repo.iterdir()))} ({a.precision}) to {repo}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Outputs are ``loc (N, 8732, 4)`` (offsets against the default boxes of :mod:`ssd
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 
@@ -100,13 +101,81 @@ class SSD300(nn.Module):
         return torch.cat(locs, 1), torch.cat(confs, 1)
 
 
+PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def fold_batchnorm(model: nn.Module) -> int:
+    """Merge every BatchNorm2d that follows a Conv2d into that convolution (its running statistics
+    and affine parameters become the convolution's weight and bias) and put an Identity in its
+    place; in place, for a model in eval mode. Returns how many were folded.
+
+    The pairs are a ``Sequential``'s neighbours (``conv, bn``) and attributes named ``convN``/``bnN``
+    (torchvision's ResNet blocks and stem).
+    """
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    folded = 0
+    for module in list(model.modules()):
+        names = [name for name, _ in module.named_children()]
+        if isinstance(module, nn.Sequential):
+            pairs = list(zip(names, names[1:], strict=False))
+        else:
+            pairs = [("conv" + n[2:], n) for n in names if n.startswith("bn") and "conv" + n[2:] in names]
+        for conv_name, bn_name in pairs:
+            conv, bn = getattr(module, conv_name), getattr(module, bn_name)
+            if isinstance(conv, nn.Conv2d) and isinstance(bn, nn.BatchNorm2d):
+                setattr(module, conv_name, fuse_conv_bn_eval(conv, bn))
+                setattr(module, bn_name, nn.Identity())
+                folded += 1
+    return folded
+
+
+class InferenceSSD(nn.Module):
+    """SSD300 for inference in one precision: FP32 images in, FP32 ``loc``/``logits`` out; the
+    weights and the computation in between are ``dtype`` (built by :func:`build_inference_model`)."""
+
+    def __init__(self, model: SSD300, dtype: torch.dtype, channels_last: bool = False) -> None:
+        super().__init__()
+        self.model = model
+        self.num_classes = model.num_classes
+        self.dtype = dtype
+        self.channels_last = channels_last
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        images = images.to(self.dtype)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        loc, logits = self.model(images)
+        return loc.float(), logits.float()
+
+
+def build_inference_model(
+    model: SSD300, precision: str = "fp32", *, fold: bool = True, channels_last: bool = False
+) -> InferenceSSD:
+    """The inference model of ``model`` (a copy; the original is left as it is): eval mode, BatchNorm
+    folded into the convolutions (``fold``), weights in ``precision`` (fp32, fp16 or bf16), no
+    gradients. Evaluation, the benchmark and export (ONNX, TorchScript) all use this model."""
+    if precision not in PRECISIONS:
+        raise SystemExit(f"error: precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+    if isinstance(model, InferenceSSD):
+        model = model.model
+    net = copy.deepcopy(model).eval()
+    if fold:
+        fold_batchnorm(net)
+    net = net.to(PRECISIONS[precision]).requires_grad_(False)
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    return InferenceSSD(net, PRECISIONS[precision], channels_last).eval()
+
+
 class SSDWithPostprocess(nn.Module):
     """SSD300 followed by box decoding and softmax: ``boxes (N, D, 4)`` xyxy in [0, 1], ``scores (N, D, C)``.
 
-    Exportable to ONNX (no data-dependent shapes); NMS runs after it.
+    Exportable to ONNX (no data-dependent shapes); NMS runs after it. ``model`` is an SSD300 or
+    the :class:`InferenceSSD` built from it.
     """
 
-    def __init__(self, model: SSD300, dboxes: torch.Tensor) -> None:
+    def __init__(self, model: nn.Module, dboxes: torch.Tensor) -> None:
         super().__init__()
         self.model = model
         self.register_buffer("dboxes", dboxes, persistent=False)

@@ -19,21 +19,12 @@ import torch
 import torch.distributed as dist
 import zoo.cli
 from zoo.rng import rng_state, set_rng_state
-from zoo.torch import (
-    autocast,
-    close_distributed,
-    distributed_model,
-    grad_scaler,
-    init_distributed,
-    parameter_groups,
-    seed_everything,
-)
+from zoo.torch import autocast, close_distributed, init_distributed, seed_everything
 
-from ssd.boxes import default_boxes, match
 from ssd.data import DaliLoader, SyntheticLoader, build_loader
 from ssd.evaluate import AsyncScorer, coco_map, detect_dataset
-from ssd.loss import SSDLoss
-from ssd.model import SSD300, load_backbone_state
+from ssd.model import SSD300, build_inference_model, load_backbone_state
+from ssd.step import TrainStep, learning_rate
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 # The backbone weights --backbone NAME starts from are listed in this model's own registry.
@@ -48,6 +39,8 @@ FLAG_TO_RECIPE = {
     "workers": "data.workers",
     "data_backend": "data.backend",
     "target_map": "eval.target_map",
+    "channels_last": "channels_last",
+    "compile": "compile",
 }
 
 
@@ -71,8 +64,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, help="at most this many steps per epoch (smoke runs)")
     p.add_argument("--batch-size", type=int, help="per-process batch (recipe: batch_size)")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda:LOCAL_RANK where CUDA is)")
-    p.add_argument("--channels-last", action="store_true", help="NHWC memory format (faster on tensor cores)")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        help="NHWC memory format (recipe: channels_last)",
+    )
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        help="torch.compile forward and loss (recipe: compile, compile_mode)",
+    )
     p.add_argument("--backbone", help="ResNet-50 weights for the trunk: a registry name or a file path")
     p.add_argument(
         "--registry", default=str(DEFAULT_REGISTRY), help="checkpoint registry YAML for --backbone"
@@ -180,22 +181,6 @@ def build_loaders(a, r, rank, world, device):
         if val.dataset.category_ids != cats:
             raise SystemExit(f"{a.val_split} and {a.train_split} list different categories")
     return train, val, cats, names, ncls
-
-
-def lr_schedule(r: dict, steps_per_epoch: int):
-    """Linear warmup over ``schedule.warmup_steps``, then x``gamma`` at each epoch in ``milestones``."""
-    s = r["schedule"]
-    warmup = s.get("warmup_steps", 0)
-    milestones = [m * steps_per_epoch for m in s.get("milestones", [])]
-    gamma = s.get("gamma", 0.1)
-
-    def factor(step: int) -> float:
-        f = gamma ** sum(step >= m for m in milestones)
-        if step < warmup:
-            f *= (step + 1) / warmup
-        return f
-
-    return factor
 
 
 def load_backbone(model: SSD300, name_or_path: str, registry: str) -> None:
@@ -318,17 +303,10 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
     model = SSD300(num_classes=num_classes)
     if a.backbone:
         load_backbone(model, a.backbone, a.registry)
-    model = model.to(device)
-    if a.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    o = r["optimizer"]
-    lr = o["base_lr"] * r["batch_size"] * world / o.get("base_batch", 32)
-    optimizer = torch.optim.SGD(parameter_groups(model, o["weight_decay"]), lr=lr, momentum=o["momentum"])
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule(r, steps_per_epoch))
+    step_fn = TrainStep(r, device, steps_per_epoch=steps_per_epoch, world_size=world, model=model)
+    model, optimizer, scheduler, scaler = step_fn.model, step_fn.optimizer, step_fn.scheduler, step_fn.scaler
+    lr = learning_rate(r, world)
     amp = r.get("amp", "bf16")
-    scaler = grad_scaler(device, amp)
-    criterion = SSDLoss(r.get("neg_pos_ratio", 3))
-    dboxes = default_boxes().to(device)
 
     results_dir = Path(a.results_dir)
     ckpt_path = results_dir / "checkpoint.pt"
@@ -341,10 +319,6 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
         set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
         start_epoch = state["epoch"]
 
-    # Rank 0's BatchNorm statistics reach every rank each step, so every evaluation shard is scored
-    # with (nearly) the weights and statistics the checkpoint holds.
-    ddp = distributed_model(model, device, broadcast_buffers=True) if world > 1 else model
-    step_model = torch.compile(ddp) if a.compile else ddp
     if primary:
         results_dir.mkdir(parents=True, exist_ok=True)
     epochs = r["epochs"]
@@ -378,37 +352,28 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
         if getattr(train_loader, "sampler", None) is not None and hasattr(train_loader.sampler, "set_epoch"):
             train_loader.sampler.set_epoch(epoch)
         mlperf.epoch_start(epoch + 1, samples=epoch * samples_per_epoch)
-        step_model.train()
+        step_fn.train()
         t0 = time.time()
         for i, batch in enumerate(train_loader):
             if i >= steps_per_epoch:
                 break
             batch = batch.to(device)
-            images = batch.images.to(memory_format=torch.channels_last) if a.channels_last else batch.images
-            with torch.no_grad():
-                loc_t, cls_t = match(batch.boxes, batch.labels, dboxes)
-            with autocast(device, amp):
-                loc, logits = step_model(images)
-            loss = criterion(loc, logits, loc_t, cls_t)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
+            loss = step_fn(batch.images, batch.boxes, batch.labels)
             step += 1
             if i % a.log_every == 0 or i == steps_per_epoch - 1:
                 value = loss.item()  # one host sync per log line, not per step
                 summary["losses"].append(value)
-                log.progress(step, images.shape[0] * world, {"loss": value, "lr": scheduler.get_last_lr()[0]})
+                log.progress(
+                    step, batch.images.shape[0] * world, {"loss": value, "lr": scheduler.get_last_lr()[0]}
+                )
                 log.log(step, {"loss": value, "epoch": epoch + 1})
-        seconds = time.time() - t0
+        seconds = time.time() - t0  # the last step's loss.item() waited for the device
         mlperf.epoch_stop(epoch + 1, samples=(epoch + 1) * samples_per_epoch)
+        images_per_s = steps_per_epoch * r["batch_size"] * world / seconds
         if primary:
-            log.log(
-                step,
-                {"epoch": epoch + 1, "images_per_s": steps_per_epoch * r["batch_size"] * world / seconds},
-                units={"images_per_s": "img/s"},
-            )
+            log.log(step, {"epoch": epoch + 1, "images_per_s": images_per_s}, units={"images_per_s": "img/s"})
+            # From the second epoch on no compiling or autotuning is left: a steady-state figure.
+            print(f"epoch {epoch + 1}: {images_per_s:.1f} img/s ({seconds:.2f} s)", file=sys.stderr)
         summary["epochs"] = epoch + 1
         if (epoch + 1) % r.get("checkpoint_every", 1) == 0 or epoch + 1 == stop:
             rngs = gather_rng(world)  # a collective: every rank takes part
@@ -432,7 +397,11 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
                 enabled=primary, total_steps=len(val_loader), desc=f"eval epoch {epoch + 1}"
             ) as eval_progress:
                 results = detect_dataset(
-                    model, val_loader, category_ids, device=device, amp=amp, progress=eval_progress
+                    build_inference_model(model, amp, channels_last=step_fn.channels_last),
+                    val_loader,
+                    category_ids,
+                    device=device,
+                    progress=eval_progress,
                 )
             results = gather_results(results, world)
             ann = val_loader.dataset.annotation_file

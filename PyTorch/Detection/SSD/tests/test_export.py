@@ -1,5 +1,6 @@
-"""ONNX parity with eager, the python backend's NMS against PyTorch's, the real tritonserver, and the
-deploy script stopping its server however it ends."""
+"""The inference model (BatchNorm folded, one precision) against the trained model; ONNX and TorchScript
+parity with it; the python backend's NMS against PyTorch's, the real tritonserver, and the deploy
+script stopping its server however it ends."""
 
 import os
 import shutil
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 from ssd.boxes import default_boxes, match, postprocess
-from ssd.export import export_onnx, write_repository
-from ssd.model import SSD300, SSDWithPostprocess
+from ssd.export import export_onnx, export_torchscript, write_repository
+from ssd.model import SSD300, SSDWithPostprocess, build_inference_model
 from ssd.triton_postprocess import detect
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
@@ -41,20 +42,99 @@ def images():
     return torch.randn(2, 3, 300, 300, generator=torch.Generator().manual_seed(1))
 
 
-def test_onnx_export_matches_eager_with_and_without_postprocessing(model, images, tmp_path):
+@pytest.fixture(scope="module")
+def outputs(model, images):
+    """The trained model's (unfolded, fp32) ``loc, logits`` on ``images``."""
+    with torch.no_grad():
+        return model(images)
+
+
+def test_inference_model_folds_every_batchnorm_and_keeps_the_outputs(model, images, outputs):
+    folded = build_inference_model(model)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+    # 43 in the ResNet-50 trunk (stem, 3 per bottleneck, 3 downsamples) + 2 in each of 5 extra blocks.
+    assert sum(isinstance(m, torch.nn.Identity) for m in folded.modules()) == 53
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # the original is left as is
+    with torch.no_grad():
+        loc, logits = folded(images)
+    torch.testing.assert_close(loc, outputs[0], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits, outputs[1], atol=1e-4, rtol=1e-4)
+    unfolded = build_inference_model(model, fold=False)
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in unfolded.modules()) == 53
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_inference_model_computes_in_its_precision_with_fp32_in_and_out(
+    model, images, outputs, precision, dtype
+):
+    half = build_inference_model(model, precision)
+    assert {p.dtype for p in half.parameters()} == {dtype}
+    with torch.no_grad():
+        loc, logits = half(images)
+    assert loc.dtype == logits.dtype == torch.float32
+    # Within the precision's rounding of the fp32 outputs (bf16 keeps 8 bits of mantissa, fp16 11).
+    scale = outputs[1].abs().max().item()
+    tolerance = {"fp16": 0.01, "bf16": 0.06}[precision] * scale
+    assert (logits - outputs[1]).abs().max().item() < tolerance
+    assert (logits - outputs[1]).abs().max().item() > 0  # really computed in the lower precision
+
+
+def test_torchscript_export_is_the_inference_model(model, images, tmp_path):
+    for precision in ("fp32", "fp16"):
+        inference = build_inference_model(model, precision)
+        loaded = torch.jit.load(str(export_torchscript(inference, tmp_path / f"{precision}.pt")))
+        with torch.no_grad():
+            expected, got = inference(images), loaded(images)
+        for e, g in zip(expected, got, strict=True):
+            assert g.dtype == torch.float32
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+def test_onnx_export_matches_the_inference_model_with_and_without_postprocessing(
+    model, images, outputs, tmp_path
+):
     import onnxruntime as ort
 
+    inference = build_inference_model(model)
     with torch.no_grad():
-        loc, logits = model(images)
-        boxes, scores = SSDWithPostprocess(model, default_boxes())(images)
+        loc, logits = inference(images)
+        boxes, scores = SSDWithPostprocess(inference, default_boxes())(images)
     raw = ort.InferenceSession(str(export_onnx(model, tmp_path / "raw.onnx", postprocess=False)))
     o_loc, o_logits = raw.run(None, {"images": images.numpy()})
-    np.testing.assert_allclose(o_loc, loc.numpy(), atol=2e-3, rtol=1e-3)
-    np.testing.assert_allclose(o_logits, logits.numpy(), atol=2e-3, rtol=1e-3)
+    np.testing.assert_allclose(o_loc, loc.numpy(), atol=2e-4, rtol=1e-4)
+    np.testing.assert_allclose(o_logits, logits.numpy(), atol=2e-4, rtol=1e-4)
+    # and the trained (unfolded) model within the folding's rounding
+    np.testing.assert_allclose(o_logits, outputs[1].numpy(), atol=2e-3, rtol=1e-3)
     dec = ort.InferenceSession(str(export_onnx(model, tmp_path / "dec.onnx", postprocess=True)))
     o_boxes, o_scores = dec.run(None, {"images": images[:1].numpy()})  # dynamic batch: 1 of 2
     np.testing.assert_allclose(o_boxes, boxes[:1].numpy(), atol=1e-4)
     np.testing.assert_allclose(o_scores, scores[:1].numpy(), atol=1e-4)
+
+
+def test_fp16_onnx_export_matches_the_fp16_inference_model(model, images, tmp_path):
+    import onnxruntime as ort
+
+    half = build_inference_model(model, "fp16")
+    with torch.no_grad():
+        loc, logits = half(images)
+    session = ort.InferenceSession(str(export_onnx(half, tmp_path / "fp16.onnx", postprocess=False)))
+    assert session.get_inputs()[0].type == "tensor(float)"  # FP32 in and out, fp16 inside
+    o_loc, o_logits = session.run(None, {"images": images.numpy()})
+    assert o_logits.dtype == np.float32
+    scale = float(logits.abs().max())
+    np.testing.assert_allclose(o_logits, logits.numpy(), atol=0.01 * scale)
+    np.testing.assert_allclose(o_loc, loc.numpy(), atol=0.01 * float(loc.abs().max()))
+
+
+def test_export_refuses_bf16_in_one_line(tmp_path):
+    from ssd.export import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--random-init", "3", "--precision", "bf16", "--repository", str(tmp_path / "repo")])
+    assert str(e.value).startswith(
+        "error: --precision bf16: onnxruntime runs no bfloat16"
+    ) and "\n" not in str(e.value)
+    assert not (tmp_path / "repo").exists()
 
 
 def test_python_backend_nms_equals_torch_postprocess():
@@ -82,10 +162,14 @@ def test_repository_served_by_tritonserver_gives_pytorch_boxes(model, images, tm
     from zoo.triton import TritonServer, infer, parse_pbtxt
 
     repo = write_repository(model, tmp_path / "repo", max_batch_size=4, instance_kind="KIND_CPU")
-    for name in ("ssd300_onnx", "ssd300_decoded_onnx", "ssd300_python"):
+    for name in ("ssd300_onnx", "ssd300_decoded_onnx", "ssd300_python", "ssd300_torchscript"):
         parse_pbtxt((repo / name / "config.pbtxt").read_text())
+    assert 'platform: "pytorch_libtorch"' in (repo / "ssd300_torchscript" / "config.pbtxt").read_text()
+    inference = build_inference_model(model)
+    served_file = torch.jit.load(str(repo / "ssd300_torchscript" / "1" / "model.pt"))
     with torch.no_grad():
-        loc, logits = model(images)
+        loc, logits = inference(images)
+        torch.testing.assert_close(served_file(images)[1], logits, atol=1e-5, rtol=1e-5)
     dets = postprocess(loc, logits, default_boxes())
     # The wheel's tritonserver has the python backend only: serve that model.
     served = tmp_path / "served"
