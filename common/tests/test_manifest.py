@@ -30,3 +30,16 @@ def test_an_unreadable_manifest_is_an_empty_one(tmp_path):
     for text in ("{not json", json.dumps({"files": ["a.rec"]}), json.dumps([1])):
         (tmp_path / MANIFEST_NAME).write_text(text)
         assert DataManifest.read(tmp_path).lookup(tmp_path / "a.rec") is None
+
+
+def test_a_symbolic_link_is_an_entry_of_its_folder(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "train.rec").write_bytes(b"records")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.rec").symlink_to(tmp_path / "elsewhere" / "train.rec")
+    manifest = DataManifest(data)
+    manifest.record(data / "train.rec", records=1)
+    manifest.write()
+    assert list(DataManifest.read(data).files) == ["train.rec"]
+    assert DataManifest.read(data).lookup(data / "train.rec")["records"] == 1

@@ -50,7 +50,8 @@ class DataManifest:
         return cls(data_dir, files if isinstance(files, dict) else {})
 
     def _key(self, path) -> str:
-        return str(pathlib.Path(path).resolve().relative_to(self.data_dir.resolve()))
+        # not resolved: a shard may be a symbolic link to a file elsewhere
+        return os.path.relpath(os.path.abspath(path), os.path.abspath(self.data_dir))
 
     def lookup(self, path) -> dict | None:
         """The facts recorded for ``path``, or None when it has no entry or changed since."""
