@@ -39,12 +39,14 @@ def baseline_step(recipe: dict, rows: list[int], num_dense: int, device, amp: st
     """A step function of the original-style eager DLRM (EmbeddingBag(sparse=True) per table, SGD)."""
     from zoo.torch import autocast
 
-    from dlrm.model import build_plain
+    from dlrm.model import DLRM, PerTableEmbeddingBags, hotness_of, table_names
 
-    model = build_plain(recipe["model"], rows, num_dense, int(recipe.get("seed", 0)))
-    for bag in model.sparse.ebc.embedding_bags.values():
-        bag.sparse = True
-    model.to(device)
+    cfg, seed, dim = recipe["model"], int(recipe.get("seed", 0)), int(recipe["model"]["embedding_dim"])
+    tables = PerTableEmbeddingBags(
+        table_names(len(rows)), rows, dim, hotness_of(cfg, len(rows)), seed, sparse=True
+    )
+    torch.manual_seed(seed)
+    model = DLRM(tables, num_dense=num_dense, num_tables=len(rows), dim=dim, cfg=cfg).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=float(recipe["sparse_optimizer"]["lr"]))
 
     def step(labels, dense, sparse):
@@ -60,7 +62,7 @@ def baseline_step(recipe: dict, rows: list[int], num_dense: int, device, amp: st
 
 def main(argv=None) -> None:
     from zoo.bench import measure, write_report
-    from zoo.torch import close_distributed, init_distributed
+    from zoo.torch import close_distributed, fast_math, init_distributed
 
     from dlrm.data import NUM_DENSE
     from dlrm.model import hotness_of, table_sizes
@@ -85,7 +87,10 @@ def main(argv=None) -> None:
     rows = table_sizes(recipe["model"], [args.rows] * 26)
     hotness = hotness_of(recipe["model"], len(rows))
     local = batch // env.world_size
+    fast_math(device)
     batches = synthetic_batches(4, local, rows, hotness, seed=env.rank)
+    if device.type == "cuda":  # as a loader with pin_memory hands them over, for both models
+        batches = [tuple(t.pin_memory() for t in batch) for batch in batches]
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     calls = iter(range(1 << 62))
 

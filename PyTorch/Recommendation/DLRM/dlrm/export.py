@@ -98,7 +98,7 @@ def write_repository(
         parameters={"min_value:sparse": 0},
     )
     # The client side needs each table's rows and hotness to turn one-hot ids into the served input.
-    rows = " ".join(str(bag.num_embeddings) for bag in model.sparse.ebc.embedding_bags.values())
+    rows = " ".join(str(n) for n in model.sparse.rows)
     hotness = " ".join(str(h) for h in model.sparse.hotness)
     write_model(repo, cfg, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path})
     (repo / "dlrm_python" / "rows.txt").write_text(rows + "\n")

@@ -2,14 +2,17 @@
 
 Inputs everywhere: ``dense`` float32 [B, 13] (log-transformed counts) and ``sparse`` int64
 [B, sum(hotness)]: table t's ``hotness[t]`` indices, tables in order. The embedding part is either
-``PlainEmbeddingBags`` (one ``nn.EmbeddingBag`` per table, no fbgemm) or a TorchRec
-``EmbeddingBagCollection`` (``dlrm.sharding``); both name their weights
+``FusedEmbeddingBags`` (all tables in one weight, one lookup, gradients for the touched rows only;
+no fbgemm) or a TorchRec ``EmbeddingBagCollection`` (``dlrm.sharding``); both save their weights as
 ``sparse.ebc.embedding_bags.<table>.weight`` so that checkpoints move between them.
+``PerTableEmbeddingBags`` (one ``nn.EmbeddingBag`` per table, as the original DLRM) is the reference
+the fused lookup is tested and benchmarked against.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 INIT_BLOCK_ROWS = 65536
@@ -82,16 +85,26 @@ class LowRankCrossNet(nn.Module):
         return x
 
 
-class PlainEmbeddingBags(nn.Module):
-    """One ``nn.EmbeddingBag`` (sum) per table, as the original DLRM: the single-device path."""
+class PerTableEmbeddingBags(nn.Module):
+    """One ``nn.EmbeddingBag`` (sum) per table, as the original DLRM; ``sparse`` gives the tables
+    sparse gradients (the eager baseline of ``dlrm.benchmark``)."""
 
-    def __init__(self, names: list[str], num_embeddings: list[int], dim: int, hotness: list[int], seed: int):
+    def __init__(
+        self,
+        names: list[str],
+        num_embeddings: list[int],
+        dim: int,
+        hotness: list[int],
+        seed: int,
+        *,
+        sparse: bool = False,
+    ):
         super().__init__()
         self.names, self.hotness = list(names), list(hotness)
         # Under ``ebc``, as TorchRec's collection: both paths' weights are sparse.ebc.embedding_bags.<t>.weight.
         self.ebc = nn.Module()
         self.ebc.embedding_bags = nn.ModuleDict(
-            (name, nn.EmbeddingBag(rows, dim, mode="sum"))
+            (name, nn.EmbeddingBag(rows, dim, mode="sum", sparse=sparse))
             for name, rows in zip(names, num_embeddings, strict=True)
         )
         with torch.no_grad():
@@ -101,15 +114,119 @@ class PlainEmbeddingBags(nn.Module):
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         pooled, start = [], 0
         for name, hot in zip(self.names, self.hotness, strict=True):
-            indices = sparse[:, start : start + hot]
-            bag = self.ebc.embedding_bags[name]
-            if torch.onnx.is_in_onnx_export():
-                # EmbeddingBag has no ONNX form for 2-D input: the same sum as a gather.
-                pooled.append(bag.weight[indices].sum(1))
-            else:
-                pooled.append(bag(indices))
+            pooled.append(self.ebc.embedding_bags[name](sparse[:, start : start + hot]))
             start += hot
         return torch.stack(pooled, dim=1)
+
+
+def touched_rows_gradient(
+    bag_grad: torch.Tensor, ids: torch.Tensor, bag_of_id: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the distinct rows in ``ids``, ascending; each one's gradient, summed over its lookups).
+
+    ``bag_grad`` [bags, dim] is the gradient of the pooled bags and ``bag_of_id`` the bag of each id:
+    the sum is itself an embedding-bag over ``bag_grad`` (ids sorted, one bag per distinct row), so
+    no [ids, dim] tensor is ever built.
+    """
+    sorted_ids, order = torch.sort(ids)
+    rows, counts = torch.unique_consecutive(sorted_ids, return_counts=True)
+    starts = torch.cumsum(counts, 0) - counts
+    return rows, F.embedding_bag(bag_of_id[order], bag_grad.contiguous(), starts, mode="sum")
+
+
+class _FusedBagLookup(torch.autograd.Function):
+    """Sum-pooled lookup whose weight gradient holds only the touched rows: a coalesced sparse
+    tensor (``sparse_grad``) or a dense one with zeros elsewhere (DDP all-reduces only dense ones)."""
+
+    @staticmethod
+    def forward(ctx, weight, ids, offsets, bag_of_id, sparse_grad: bool):
+        ctx.save_for_backward(ids, bag_of_id)
+        ctx.weight_shape, ctx.weight_dtype, ctx.sparse_grad = weight.shape, weight.dtype, sparse_grad
+        return F.embedding_bag(ids, weight, offsets, mode="sum")
+
+    @staticmethod
+    def backward(ctx, bag_grad):
+        ids, bag_of_id = ctx.saved_tensors
+        rows, grad = touched_rows_gradient(bag_grad.to(ctx.weight_dtype), ids, bag_of_id)
+        if ctx.sparse_grad:
+            weight_grad = torch.sparse_coo_tensor(
+                rows.unsqueeze(0), grad, ctx.weight_shape, is_coalesced=True, check_invariants=False
+            )
+        else:
+            weight_grad = grad.new_zeros(ctx.weight_shape).index_copy_(0, rows, grad)
+        return weight_grad, None, None, None, None
+
+
+class FusedEmbeddingBags(nn.Module):
+    """Every table in one weight [sum(rows), dim] (table t from row ``row_starts[t]``), looked up
+    with one ``embedding_bag`` (sum) per batch; the weight's gradient holds only the rows the batch
+    touched (sparse with ``sparse_grad``, else dense with zeros elsewhere), so a row-wise optimizer
+    updates those rows only. Its state dict has one tensor per table,
+    ``ebc.embedding_bags.<table>.weight`` (views of the fused weight), as ``PerTableEmbeddingBags``
+    and TorchRec: checkpoints move between the three, and a checkpoint loaded into the views in
+    place lands in the fused weight."""
+
+    def __init__(
+        self,
+        names: list[str],
+        num_embeddings: list[int],
+        dim: int,
+        hotness: list[int],
+        seed: int,
+        *,
+        sparse_grad: bool = True,
+    ):
+        super().__init__()
+        self.names, self.hotness, self.rows = list(names), list(hotness), list(num_embeddings)
+        self.sparse_grad = sparse_grad
+        self.weight = nn.Parameter(torch.empty(sum(self.rows), dim))
+        row_starts = [sum(self.rows[:t]) for t in range(len(self.rows))]
+        columns_table = torch.repeat_interleave(torch.arange(len(self.rows)), torch.tensor(self.hotness))
+        # Per column of ``sparse``: the row where its table starts, its table, the first column of each table.
+        self.register_buffer("column_row_start", torch.tensor(row_starts)[columns_table], persistent=False)
+        self.register_buffer("column_table", columns_table, persistent=False)
+        self.register_buffer(
+            "table_first_column",
+            torch.tensor([sum(self.hotness[:t]) for t in range(len(self.rows))]),
+            persistent=False,
+        )
+        with torch.no_grad():
+            for t, table in enumerate(self.tables()):
+                table.copy_(table_rows_init(self.rows[t], dim, t, seed, 0, self.rows[t]))
+        self.register_state_dict_post_hook(_per_table_state)
+        self.register_load_state_dict_pre_hook(_fused_state)
+
+    def tables(self) -> tuple[torch.Tensor, ...]:
+        """Each table's rows, as views of the fused weight."""
+        return self.weight.split(self.rows)
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        batch, width, num_tables = sparse.shape[0], sum(self.hotness), len(self.rows)
+        ids = sparse + self.column_row_start
+        if torch.onnx.is_in_onnx_export():
+            # EmbeddingBag with offsets has no ONNX form: the same sums over a gather.
+            gathered = self.weight[ids]
+            return torch.stack([part.sum(1) for part in gathered.split(self.hotness, dim=1)], dim=1)
+        sample = torch.arange(batch, device=sparse.device).unsqueeze(1)
+        # Bag (sample, table) starts at id sample * width + the table's first column.
+        offsets = (sample * width + self.table_first_column).reshape(-1)
+        bag_of_id = (sample * num_tables + self.column_table).reshape(-1)
+        pooled = _FusedBagLookup.apply(self.weight, ids.reshape(-1), offsets, bag_of_id, self.sparse_grad)
+        return pooled.view(batch, num_tables, -1)
+
+
+def _per_table_state(module: FusedEmbeddingBags, state: dict, prefix: str, local_metadata) -> None:
+    if torch.onnx.is_in_onnx_export():  # the exporter maps parameters by their state-dict entries
+        return
+    weight = state.pop(prefix + "weight")
+    for name, table in zip(module.names, weight.split(module.rows), strict=True):
+        state[f"{prefix}ebc.embedding_bags.{name}.weight"] = table
+
+
+def _fused_state(module: FusedEmbeddingBags, state: dict, prefix: str, *args) -> None:
+    keys = [f"{prefix}ebc.embedding_bags.{name}.weight" for name in module.names]
+    if all(key in state for key in keys):
+        state[prefix + "weight"] = torch.cat([state.pop(key) for key in keys])
 
 
 class DLRM(nn.Module):
@@ -133,6 +250,12 @@ class DLRM(nn.Module):
         else:
             raise SystemExit(f"error: model.interaction must be dot or dcnv2, not {kind!r}")
         self.top = mlp([width, *cfg["top_mlp"], 1], last_activation=False)
+
+    def compile_dense(self) -> None:
+        """``torch.compile`` the bottom MLP, the interaction and the top MLP in place (state-dict
+        names unchanged); the embedding lookup stays eager (its backward has data-dependent sizes)."""
+        for part in (self.bottom, self.interaction, self.top):
+            part.compile()
 
     def forward(self, dense: torch.Tensor, sparse) -> torch.Tensor:
         embedded = self.sparse(sparse)
@@ -170,11 +293,14 @@ def table_sizes(cfg: dict, data_rows: list[int]) -> list[int]:
     return [min(rows, int(cap)) if cap else rows for rows in data_rows]
 
 
-def build_plain(cfg: dict, data_rows: list[int], num_dense: int, seed: int) -> DLRM:
-    """The single-device DLRM (``model.embeddings: plain``)."""
+def build_plain(
+    cfg: dict, data_rows: list[int], num_dense: int, seed: int, *, sparse_grad: bool = True
+) -> DLRM:
+    """The single-device DLRM (``model.embeddings: plain``): fused tables, their gradients sparse
+    with ``sparse_grad`` (one process), else dense with zeros outside the touched rows (DDP)."""
     rows = table_sizes(cfg, data_rows)
     names = table_names(len(rows))
     dim = int(cfg["embedding_dim"])
-    sparse = PlainEmbeddingBags(names, rows, dim, hotness_of(cfg, len(rows)), seed)
+    sparse = FusedEmbeddingBags(names, rows, dim, hotness_of(cfg, len(rows)), seed, sparse_grad=sparse_grad)
     torch.manual_seed(seed)
     return DLRM(sparse, num_dense=num_dense, num_tables=len(rows), dim=dim, cfg=cfg)

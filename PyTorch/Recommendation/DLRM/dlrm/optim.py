@@ -9,7 +9,11 @@ EPS = 1e-8
 
 class RowWiseAdagrad(torch.optim.Optimizer):
     """Row-wise Adagrad for embedding tables, the update fbgemm's fused kernel makes
-    (EXACT_ROWWISE_ADAGRAD): per row, state += mean(g^2); w -= lr * g / (sqrt(state) + eps)."""
+    (EXACT_ROWWISE_ADAGRAD): per row, state += mean(g^2); w -= lr * g / (sqrt(state) + eps).
+
+    A sparse gradient (coalesced rows, as ``FusedEmbeddingBags`` gives) updates only its rows: the
+    same numbers as the dense update, where a row with g = 0 keeps its state and weight.
+    """
 
     def __init__(self, params, lr: float, eps: float = EPS):
         super().__init__(params, {"lr": lr, "eps": eps})
@@ -23,10 +27,28 @@ class RowWiseAdagrad(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                grad = p.grad.float()
                 state = self.state[p]["sum"]
+                if p.grad.is_sparse:
+                    rows, values = _distinct_rows(p.grad)
+                    row_sum = state.index_select(0, rows).add_(values.pow(2).mean(1))
+                    state.index_copy_(0, rows, row_sum)
+                    step = values / (row_sum.sqrt() + group["eps"]).unsqueeze(1)
+                    p.index_add_(0, rows, step.to(p.dtype), alpha=-group["lr"])
+                    continue
+                grad = p.grad.float()
                 state.add_(grad.pow(2).mean(1))
                 p.add_(grad / (state.sqrt() + group["eps"]).unsqueeze(1), alpha=-group["lr"])
+
+
+def _distinct_rows(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, float32 values) of a sparse row gradient with each row once. Autograd drops the
+    coalesced flag of the fused table's gradient although its rows are distinct and ascending:
+    checking that is one pass over the row ids, where coalescing would sort and copy the values."""
+    rows, values = grad._indices()[0], grad._values()
+    if not grad.is_coalesced() and not bool((rows[1:] > rows[:-1]).all()):
+        grad = grad.coalesce()
+        rows, values = grad._indices()[0], grad._values()
+    return rows, values.float()
 
 
 def dense_optimizer(params, cfg: dict):
@@ -48,6 +70,8 @@ def sparse_optimizer_spec(cfg: dict):
 
 
 def plain_sparse_optimizer(params, cfg: dict):
+    """The plain path's table optimizer: row-wise Adagrad or SGD, both touching only the rows of a
+    sparse gradient (torch's SGD adds a sparse gradient row by row)."""
     name, lr = sparse_optimizer_spec(cfg)
     return RowWiseAdagrad(params, lr=lr) if name == "rowwise_adagrad" else torch.optim.SGD(params, lr=lr)
 

@@ -1,8 +1,10 @@
 """Train DLRM / DLRM-DCNv2 on prepared Criteo shards: ``python -m dlrm.train --data-dir D``.
 
 Embeddings: ``model.embeddings: torchrec`` shards the tables over the processes with TorchRec
-(fused row-wise Adagrad or SGD, the dense part in DDP); ``plain`` is one nn.EmbeddingBag per table
-on each process (no fbgemm; DDP over the whole model). Both give the same numbers on the same data.
+(fused row-wise Adagrad or SGD, the dense part in DDP); ``plain`` keeps every table in one fused
+weight on each process (one lookup, row-wise Adagrad or SGD on the touched rows only; no fbgemm;
+DDP over the whole model). Both give the same numbers on the same data. ``speed.compile``
+compiles the plain path's MLPs and interaction.
 Evaluation: exact ROC AUC over the whole validation split; ``--target-auc`` stops once reached.
 Writes metrics.jsonl, tensorboard/, mlperf.log (dlrm_dcnv2, ruleset 6.0.0) and the sharded
 checkpoint directory ``checkpoint/`` under --results-dir.
@@ -59,7 +61,12 @@ class Run:
         elif self.kind == "plain":
             from zoo.torch import distributed_model
 
-            self.net = build_plain(cfg, meta["num_embeddings"], meta["num_dense"], seed).to(device)
+            # Sparse table gradients on one process; DDP all-reduces dense ones only (NCCL has no sparse).
+            self.net = build_plain(
+                cfg, meta["num_embeddings"], meta["num_dense"], seed, sparse_grad=world == 1
+            ).to(device)
+            if recipe.get("speed", {}).get("compile", False):
+                self.net.compile_dense()
             tables = list(self.net.sparse.parameters())
             ids = {id(p) for p in tables}
             self.dense_opt = dense_optimizer(
@@ -79,7 +86,8 @@ class Run:
         from zoo.torch import autocast
 
         with autocast(self.device, self.amp):
-            return self.model(dense.to(self.device), sparse.to(self.device)).float()
+            dense = dense.to(self.device, non_blocking=True)
+            return self.model(dense, sparse.to(self.device, non_blocking=True)).float()
 
     def set_lr(self, factor: float) -> None:
         for group in self.dense_opt.param_groups:
@@ -107,9 +115,20 @@ class Run:
 
     def tensor_state(self) -> dict:
         """What every rank writes its part of: the (sharded) weights and the sparse optimizer's state."""
+        if self.kind == "torchrec":
+            return {"model": self.model.state_dict(), "sparse_optim": self.sparse_opt.state_dict()["state"]}
+        return {"model": self.net.state_dict(), "sparse_optim": self._plain_sparse_optim_state()}
+
+    def _plain_sparse_optim_state(self) -> dict:
+        """The fused table's optimizer state as one entry per table ({table: {"sum": rows}}, the
+        per-table layout earlier plain checkpoints hold); views, so a load fills the state in place."""
+        state = self.sparse_opt.state_dict()["state"]
+        if not state:  # SGD keeps none
+            return {}
+        tables = self.net.sparse
         return {
-            "model": self.model.state_dict() if self.kind == "torchrec" else self.net.state_dict(),
-            "sparse_optim": self.sparse_opt.state_dict()["state"],
+            t: {key: value.split(tables.rows)[t] for key, value in state[0].items()}
+            for t in range(len(tables.rows))
         }
 
     def save(self, path: pathlib.Path, progress: dict) -> None:
@@ -156,7 +175,8 @@ class Run:
             self.dense_opt.load_state_dict(
                 torch.load(pathlib.Path(path) / "dense_optimizer.pt", weights_only=True)
             )
-            self.sparse_opt.load_state_dict({**sparse_full, "state": state["sparse_optim"]})
+            if self.kind == "torchrec":  # the plain path's state was loaded into its views in place
+                self.sparse_opt.load_state_dict({**sparse_full, "state": state["sparse_optim"]})
         return json.loads(progress_file.read_text())
 
 
