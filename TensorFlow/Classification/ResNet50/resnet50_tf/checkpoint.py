@@ -54,7 +54,34 @@ def find_checkpoint(path) -> tuple[str, Path | None]:
     if Path(str(path) + ".index").is_file():
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
         return str(path), run_dir
-    raise SystemExit(f"{path} is not a run directory, checkpoint directory or checkpoint prefix")
+    raise SystemExit(
+        f"error: {path} is not a TensorFlow ResNet-50 checkpoint (a run directory, its checkpoints/ or a "
+        "checkpoint prefix)"
+    )
+
+
+def check_checkpoint(path, num_classes: int) -> None:
+    """A one-line error, before a run writes anything, when ``path`` is not a ResNet-50 checkpoint with a
+    ``num_classes``-way classifier (a Keras .h5 is only checked to be one: its classifier is optional)."""
+    import tensorflow as tf
+
+    if str(path).endswith(".h5"):
+        from resnet50_tf.keras_applications import read_h5_weights
+
+        read_h5_weights(path)
+        return
+    prefix, _ = find_checkpoint(path)
+    try:
+        shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError) as e:
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise SystemExit(f"error: {prefix} is not a TensorFlow checkpoint ({reason})") from None
+    # the classifier's kernel is the one 2-D variable with 2048 inputs (the pooled features)
+    classes = sorted({shape[1] for shape in shapes.values() if len(shape) == 2 and shape[0] == 2048})
+    if not classes:
+        raise SystemExit(f"error: {prefix} is not a ResNet-50 checkpoint (no classifier over 2048 features)")
+    if num_classes not in classes:
+        raise SystemExit(f"error: checkpoint {prefix} has {classes[0]} classes, this run {num_classes}")
 
 
 def read_run_info(run_dir: Path | None) -> dict:

@@ -3,7 +3,8 @@
 Every image is decoded once to check it (a corrupt file stops the conversion with its path) and is
 stored as JPEG (PNG, CMYK or grey images are re-encoded as RGB JPEG). Labels follow the sorted class
 folder names of train/. Each shard is written to a temporary name and renamed when complete, so an
-interrupted conversion can be re-run and skips the shards that are already there.
+interrupted conversion can be re-run and skips the shards that are already there. Last, every shard
+is read back and decoded (tfrecords.verify_dataset) and listed in ``manifest.json``, which runs trust.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from zoo.cli import parse_args
+
+from resnet50_tf.tfrecords import verify_dataset
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp"}
 
@@ -140,6 +143,7 @@ def convert(src: Path, out: Path, train_shards: int, val_shards: int, workers: i
     tmp = out / "dataset.json.tmp"
     tmp.write_text(json.dumps(info, indent=1))
     os.replace(tmp, out / "dataset.json")
+    verify_dataset(out)  # every record read back and decoded once: manifest.json, which runs trust
     return info
 
 

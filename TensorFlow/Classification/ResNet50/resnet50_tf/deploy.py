@@ -45,8 +45,10 @@ def load_images(paths: list[str], image_size: int) -> np.ndarray:
 
 def load_validation(data_dir: str, image_size: int, count: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
     from resnet50_tf.data import build_eval_dataset, read_dataset_info
+    from resnet50_tf.tfrecords import check_dataset
 
     info = read_dataset_info(data_dir)
+    check_dataset(info, ["val"])
     images, labels = [], []
     for x, y in build_eval_dataset(info, min(count, 64), image_size):
         images.append(x.numpy())
@@ -101,6 +103,11 @@ def main(argv=None) -> dict:
     p.add_argument("--python-env", help="venv whose python runs python-backend models (default: this one)")
     add_load_args(p)
     args = p.parse_args(argv)
+    for flag in ("count", "batch_size"):
+        if getattr(args, flag) < 1:
+            raise SystemExit(
+                f"error: --{flag.replace('_', '-')} must be a positive integer, not {getattr(args, flag)}"
+            )
     repo = Path(args.model_repository)
     config = repo / args.model / "config.pbtxt"
     if not config.is_file():
@@ -111,7 +118,12 @@ def main(argv=None) -> dict:
     from zoo.bench import percentiles
     from zoo.triton import TritonServer, parse_pbtxt, run_load_mode
 
-    image_size = int(parse_pbtxt(config.read_text()).input[0].dims[-1])
+    try:
+        model_config = parse_pbtxt(config.read_text())
+        image_size = int(model_config.input[0].dims[-1])
+    except (ValueError, IndexError) as e:
+        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else "it declares no input dims"
+        raise SystemExit(f"error: {config} is not a valid model configuration: {reason}") from None
     labels = None
     if args.synthetic:
         rng = np.random.default_rng(0)

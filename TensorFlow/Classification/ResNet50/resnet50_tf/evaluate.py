@@ -44,6 +44,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="also write the metrics to RESULTS_DIR/eval.json ($RESULTS_DIR; default: print only)",
     )
     args = parse_shared_args(p, argv, renamed=RENAMED)
+    for flag in ("batch_size", "image_size"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
     if not args.data_dir and not args.synthetic:
         p.error("--data-dir is required unless --synthetic")
     return args
@@ -58,9 +62,12 @@ def main(argv=None) -> dict:
     from resnet50_tf import data
     from resnet50_tf.checkpoint import find_checkpoint, read_run_info, resolve_checkpoint, restore_weights
     from resnet50_tf.model import resnet50
+    from resnet50_tf.tfrecords import check_dataset
     from resnet50_tf.train import build_step_functions, evaluate_model, set_precision
 
     info = None if args.synthetic else data.read_dataset_info(args.data_dir)
+    if info is not None:
+        check_dataset(info, ["val"])
     args.checkpoint, preprocessing = resolve_checkpoint(args.checkpoint)
     keras_h5 = str(args.checkpoint).endswith(".h5")
     if keras_h5:  # Keras Applications weights: ResNet-50 v1 with BGR "caffe" input, run as published
@@ -73,7 +80,7 @@ def main(argv=None) -> dict:
         info = _synthetic_info(run.get("num_classes", 1000))
     if run and run.get("num_classes") != info.num_classes:
         raise SystemExit(
-            f"checkpoint has {run.get('num_classes')} classes but {args.data_dir} has {info.num_classes}"
+            f"error: checkpoint has {run.get('num_classes')} classes but {args.data_dir} has {info.num_classes}"
         )
     image_size = args.image_size or (preprocessing.crop if preprocessing else run.get("image_size", 224))
     if preprocessing:  # a registry checkpoint is scored as it was published

@@ -4,10 +4,13 @@ fetch them), or the small digits set (scikit-learn's 8x8 digits upscaled) for a 
     python -m resnet50_tf.prepare_data --train-tar ILSVRC2012_img_train.tar --val-tar ILSVRC2012_img_val.tar \
         --devkit ILSVRC2012_devkit_t12.tar.gz --data-dir /data/imagenet
     python -m resnet50_tf.prepare_data --digits --data-dir /tmp/digits
+    python -m resnet50_tf.prepare_data --verify --data-dir /data/imagenet    # TFRecords made elsewhere
 
 --data-dir gets the TFRecords (what train.sh, evaluate.sh and deploy_triton.sh --data-dir read) and,
 under --folders-dir (default DATA_DIR/folders), the image folders train/<wnid>/ and val/<wnid>/.
-Synthetic data needs nothing: pass --synthetic to train.sh or benchmark.sh.
+The conversion reads every record back, decodes it and writes manifest.json; --verify alone does that
+for shards made elsewhere, so that runs skip their own decode pass. Synthetic data needs nothing: pass
+--synthetic to train.sh or benchmark.sh.
 """
 
 from __future__ import annotations
@@ -40,13 +43,30 @@ def main(argv=None) -> None:
     p.add_argument("--train-shards", type=int, default=1024)
     p.add_argument("--val-shards", type=int, default=128)
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="alone: read and decode every record of DATA_DIR's shards once and write manifest.json, which "
+        "runs trust (a conversion does this too)",
+    )
     args = parse_args(p, argv, renamed={"--out": "--data-dir"})
+    for flag in ("image_size", "train_shards", "val_shards", "workers"):
+        if getattr(args, flag) < 1:
+            raise SystemExit(
+                f"error: --{flag.replace('_', '-')} must be a positive integer, not {getattr(args, flag)}"
+            )
     if args.synthetic:
         print("synthetic data needs no download: pass --synthetic to train.sh or benchmark.sh")
         return
     if not args.data_dir:
         p.error("--data-dir (or $DATA_DIR) is required")
     out = Path(args.data_dir)
+    if args.verify and not (args.digits or args.train_tar or args.val_tar or args.devkit):
+        from resnet50_tf.tfrecords import verify_dataset
+
+        info = verify_dataset(out)
+        print(f"{out}: every record of {len(info.classes)} classes reads and decodes; manifest.json written")
+        return
     folders = Path(args.folders_dir) if args.folders_dir else out / "folders"
     if args.digits:
         from zoo.datasets import make_digits_imagefolder

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from zoo.checkpoints import atomic_write, remove_stale_temps
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_shared_args
 
@@ -78,6 +79,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="at the end, every worker writes its weights to PATH ({worker} = index)",
     )
     args = parse_shared_args(p, argv)
+    for flag in ("steps_per_epoch", "max_steps", "num_classes", "keep_checkpoints", "log_every"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
+    if args.checkpoint_steps < 0:
+        raise SystemExit(f"error: --checkpoint-steps must be >= 0, not {args.checkpoint_steps}")
     if args.synthetic:
         args.data_backend = "synthetic"
     if args.deterministic and args.xla:
@@ -128,6 +135,20 @@ def resume_checkpoint(resume: str | None, results_dir: Path) -> str | None:
     if found is None:
         return None
     return find_checkpoint(found.parent if found.name == "checkpoint" else found)[0]
+
+
+def remove_stale_checkpoint_parts(results_dir: Path) -> list[Path]:
+    """Delete what a checkpoint write killed midway left: TensorFlow's ``<prefix>_temp/`` folders and
+    zoo's ``.NAME.*.tmp`` files. Call it at start-up, before the run writes there; returns them."""
+    import shutil
+
+    folder = results_dir / "checkpoints"
+    stale = remove_stale_temps(results_dir) + remove_stale_temps(folder)
+    for temp in sorted(folder.glob("*_temp")) if folder.is_dir() else []:
+        if temp.is_dir():
+            shutil.rmtree(temp)
+            stale.append(temp)
+    return stale
 
 
 def build_step_functions(runtime, model, optimizer, global_batch: int, label_smoothing: float, xla: bool):
@@ -302,9 +323,10 @@ def main(argv=None) -> dict:
     from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger
 
     from resnet50_tf import data
-    from resnet50_tf.checkpoint import restore_weights
+    from resnet50_tf.checkpoint import check_checkpoint, restore_weights
     from resnet50_tf.model import resnet50
     from resnet50_tf.optim import build_optimizer
+    from resnet50_tf.tfrecords import check_dataset, first_line
 
     keras.utils.set_random_seed(args.seed)
     if args.deterministic:
@@ -312,14 +334,25 @@ def main(argv=None) -> dict:
     set_precision(settings["amp"])
     results_dir = Path(args.results_dir)
     resume_from = resume_checkpoint(args.resume, results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
 
+    # Everything the run reads is checked before it writes anything: the data, the checkpoint.
     info = None
     if args.data_backend == "synthetic":
         classes = [str(i) for i in range(args.num_classes or 1000)]
     else:
         info = data.read_dataset_info(args.data_dir)
+        check_dataset(info, ["train"] if args.no_eval else ["train", "val"])
         classes = info.classes
+        if args.num_classes is not None and args.num_classes != len(classes):
+            raise SystemExit(
+                f"error: --num-classes {args.num_classes}, but {info.data_dir / 'dataset.json'} lists "
+                f"{len(classes)} classes (TFRecords bring their classes: leave --num-classes out)"
+            )
+    if resume_from or args.init_checkpoint:
+        check_checkpoint(resume_from or args.init_checkpoint, len(classes))
+    results_dir.mkdir(parents=True, exist_ok=True)
+    if runtime.is_chief:
+        remove_stale_checkpoint_parts(results_dir)
     replicas = runtime.num_replicas
     batch = settings["batch_size"]
     global_batch = batch * replicas
@@ -382,9 +415,8 @@ def main(argv=None) -> dict:
         "distribution": runtime.kind,
     }
     if runtime.is_chief:
-        tmp = results_dir / "run.json.tmp"
-        tmp.write_text(json.dumps(run_info, indent=1))
-        os.replace(tmp, results_dir / "run.json")
+        with atomic_write(results_dir / "run.json") as tmp:
+            tmp.write_text(json.dumps(run_info, indent=1))
 
     train_step, eval_step = build_step_functions(
         runtime, model, optimizer, global_batch, settings["label_smoothing"], args.xla
@@ -436,60 +468,73 @@ def main(argv=None) -> dict:
     stop = step >= last_step
     mlperf.init_stop()
     mlperf.run_start()
-    with mlperf, logger:  # an exception from here on logs run_stop "aborted"
-        while not stop:
-            epoch, skip = divmod(step, steps_per_epoch)
-            mlperf.epoch_start(epoch + 1, samples=step * global_batch)
-            iterator = train_iterator(epoch, skip)
-            window_loss, window_acc, window_n, t0 = 0.0, 0.0, 0, time.perf_counter()
-            for _ in range(skip, steps_per_epoch):
-                loss, acc = train_step(iterator)
-                if not broadcast_done:  # Horovod: make every rank start from rank 0's variables
-                    runtime.hvd.broadcast_variables(model.variables + optimizer.variables, root_rank=0)
-                    broadcast_done = True
-                step += 1
-                global_step.assign(step)
-                loss, acc = float(loss), float(acc)
-                if not math.isfinite(loss):
-                    raise SystemExit(f"loss is {loss} at step {step}: lower the learning rate or use bf16")
-                window_loss, window_acc, window_n = window_loss + loss, window_acc + acc, window_n + 1
-                logger.progress(step, items=global_batch, metrics={"loss": loss})
-                if step % args.log_every == 0 or step == last_step or step % steps_per_epoch == 0:
-                    elapsed = time.perf_counter() - t0
-                    logger.log(
-                        step,
-                        {
-                            "loss": window_loss / window_n,
-                            "top1": 100 * window_acc / window_n,
-                            "lr": float(_current_lr(optimizer)),
-                            "images_per_s": window_n * global_batch / max(elapsed, 1e-9),
-                        },
-                        units={"top1": "%", "images_per_s": "img/s"},
-                    )
-                    summary.update(train_loss=window_loss / window_n, train_top1=100 * window_acc / window_n)
-                    window_loss, window_acc, window_n, t0 = 0.0, 0.0, 0, time.perf_counter()
-                if args.checkpoint_steps and step % args.checkpoint_steps == 0:
+    try:
+        with mlperf, logger:  # an exception from here on logs run_stop "aborted"
+            while not stop:
+                epoch, skip = divmod(step, steps_per_epoch)
+                mlperf.epoch_start(epoch + 1, samples=step * global_batch)
+                iterator = train_iterator(epoch, skip)
+                window_loss, window_acc, window_n, t0 = 0.0, 0.0, 0, time.perf_counter()
+                for _ in range(skip, steps_per_epoch):
+                    loss, acc = train_step(iterator)
+                    if not broadcast_done:  # Horovod: make every rank start from rank 0's variables
+                        runtime.hvd.broadcast_variables(model.variables + optimizer.variables, root_rank=0)
+                        broadcast_done = True
+                    step += 1
+                    global_step.assign(step)
+                    loss, acc = float(loss), float(acc)
+                    if not math.isfinite(loss):
+                        raise SystemExit(
+                            f"loss is {loss} at step {step}: lower the learning rate or use bf16"
+                        )
+                    window_loss, window_acc, window_n = window_loss + loss, window_acc + acc, window_n + 1
+                    logger.progress(step, items=global_batch, metrics={"loss": loss})
+                    if step % args.log_every == 0 or step == last_step or step % steps_per_epoch == 0:
+                        elapsed = time.perf_counter() - t0
+                        logger.log(
+                            step,
+                            {
+                                "loss": window_loss / window_n,
+                                "top1": 100 * window_acc / window_n,
+                                "lr": float(_current_lr(optimizer)),
+                                "images_per_s": window_n * global_batch / max(elapsed, 1e-9),
+                            },
+                            units={"top1": "%", "images_per_s": "img/s"},
+                        )
+                        summary.update(
+                            train_loss=window_loss / window_n, train_top1=100 * window_acc / window_n
+                        )
+                        window_loss, window_acc, window_n, t0 = 0.0, 0.0, 0, time.perf_counter()
+                    if args.checkpoint_steps and step % args.checkpoint_steps == 0:
+                        _save(runtime, manager, step)
+                    if step >= last_step:
+                        stop = True
+                        break
+                mlperf.epoch_stop(epoch + 1, samples=step * global_batch)
+                if step % steps_per_epoch == 0 or stop:
                     _save(runtime, manager, step)
-                if step >= last_step:
-                    stop = True
-                    break
-            mlperf.epoch_stop(epoch + 1, samples=step * global_batch)
-            if step % steps_per_epoch == 0 or stop:
-                _save(runtime, manager, step)
-            if info is not None and not args.no_eval and (step % steps_per_epoch == 0 or stop):
-                mlperf.eval_start(epoch + 1, samples=step * global_batch)
-                metrics = evaluate_model(runtime, eval_step, info, batch, settings["image_size"])
-                mlperf.eval_stop(epoch + 1, samples=step * global_batch)
-                mlperf.eval_accuracy(metrics["top1"] / 100, epoch + 1, samples=step * global_batch)
-                logger.log(step, metrics, units={"top1": "%", "top5": "%"}, phase="val")
-                summary.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
-                val_top1 = metrics["top1"]
-                target = settings["target_top1"]
-                if target is not None and metrics["top1"] >= target:
-                    print(f"reached target top-1 {target}% at step {step}", file=sys.stderr)
-                    stop = True
-        reached = val_top1 is not None and val_top1 >= quality_target
-        mlperf.run_stop("success" if reached else "aborted")
+                if info is not None and not args.no_eval and (step % steps_per_epoch == 0 or stop):
+                    mlperf.eval_start(epoch + 1, samples=step * global_batch)
+                    metrics = evaluate_model(runtime, eval_step, info, batch, settings["image_size"])
+                    mlperf.eval_stop(epoch + 1, samples=step * global_batch)
+                    mlperf.eval_accuracy(metrics["top1"] / 100, epoch + 1, samples=step * global_batch)
+                    logger.log(step, metrics, units={"top1": "%", "top5": "%"}, phase="val")
+                    summary.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
+                    val_top1 = metrics["top1"]
+                    target = settings["target_top1"]
+                    if target is not None and metrics["top1"] >= target:
+                        print(f"reached target top-1 {target}% at step {step}", file=sys.stderr)
+                        stop = True
+            reached = val_top1 is not None and val_top1 >= quality_target
+            mlperf.run_stop("success" if reached else "aborted")
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        if "IteratorGetNext" not in str(e):  # not the input pipeline's
+            raise
+        raise SystemExit(
+            f"error: a bad record in {info.data_dir if info else 'the input'} at step {step + 1} "
+            f"({first_line(e)}): scripts/download_data.sh --verify --data-dir "
+            f"{info.data_dir if info else 'DIR'} names the shard and record"
+        ) from None
     summary["steps"] = step
     if args.dump_weights:  # lets a multi-worker run be checked: every worker must hold the same weights
         import numpy as np

@@ -78,7 +78,8 @@ def test_checkpoint_with_wrong_class_count(trained_run, digits_tfrecords, tmp_pa
         (other / f.name).symlink_to(f)
     (other / "dataset.json").unlink()
     (other / "dataset.json").write_text(json.dumps({**info, "classes": info["classes"][:5]}))
-    with pytest.raises(SystemExit, match="checkpoint has 10 classes but .* has 5"):
+    # labels 5..9 of the records are not classes of this dataset.json: the data is refused first
+    with pytest.raises(SystemExit, match="holds label 9, but .*dataset.json lists 5 classes"):
         main(["--checkpoint", str(run), "--data-dir", str(other)])
     from resnet50_tf.checkpoint import restore_weights
     from resnet50_tf.model import resnet50

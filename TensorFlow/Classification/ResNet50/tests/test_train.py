@@ -80,7 +80,13 @@ def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
     _train_process(*common, "--results-dir", tmp_path / "unbroken")
     first = _train_process(*common, "--results-dir", tmp_path / "resumed", "--max-steps", 6)
     assert "resumed from" not in first
+    # what a kill during a checkpoint write leaves: TensorFlow's <prefix>_temp/ and zoo's .NAME.*.tmp
+    torn = tmp_path / "resumed" / "checkpoints" / "ckpt-8_temp"
+    torn.mkdir()
+    (torn / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"half a checkpoint")
+    (tmp_path / "resumed" / ".run.json.k2x9q1.tmp").write_text("{")
     second = _train_process(*common, "--results-dir", tmp_path / "resumed", "--resume", "auto")
+    assert not torn.exists() and not (tmp_path / "resumed" / ".run.json.k2x9q1.tmp").exists()
     assert f"resumed from {tmp_path / 'resumed' / 'checkpoints' / 'ckpt-6'} at step 6" in second
     a, b = _state(tmp_path / "unbroken"), _state(tmp_path / "resumed")
     assert a.keys() == b.keys() and len(a) >= 161 + 106 + 161  # weights, batch-norm statistics, momentum
