@@ -138,7 +138,9 @@ def load_images(data_dir: str, image_size: int, count: int) -> tuple[np.ndarray,
     import mxnet as mx
 
     from .data import DataSpec, build_loader
+    from .records import check_dataset
 
+    check_dataset(data_dir, ["val"])  # the C++ reader would crash on a bad record
     spec = DataSpec("recordio", data_dir, batch_size=min(count, 64), image_size=image_size, num_classes=0)
     images, labels = [], []
     for data, label, pad in build_loader(spec, train=False, epoch=0, seed=0, ctx=mx.cpu()):
@@ -190,6 +192,10 @@ def main(argv=None):
     p.add_argument("--python-env", help="venv running python-backend models (default: this one)")
     add_load_args(p)
     args = p.parse_args(argv)
+    for flag in ("image_size", "num_images", "batch_size"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
 
     image_size = args.image_size or _config_image_size(
         Path(args.model_repository) / args.model / "config.pbtxt"
@@ -231,11 +237,16 @@ def main(argv=None):
 def _config_image_size(config: Path) -> int:
     if not config.is_file():
         raise SystemExit(f"{config} not found: is --model right and the repository exported?")
-    dims = [
-        int(line.split(":")[1])
-        for line in config.read_text().splitlines()
-        if line.strip().startswith("dims:")
-    ]
+    try:
+        dims = [
+            int(line.split(":")[1])
+            for line in config.read_text().splitlines()
+            if line.strip().startswith("dims:")
+        ]
+    except (ValueError, UnicodeDecodeError):
+        raise SystemExit(
+            f"error: {config} is not a model configuration written by export_triton.sh"
+        ) from None
     return dims[2] if len(dims) >= 3 else 224
 
 

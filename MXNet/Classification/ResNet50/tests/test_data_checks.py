@@ -248,3 +248,23 @@ def test_counts_must_be_positive(module, flag, value):
     with pytest.raises(SystemExit) as e:
         importlib.import_module(f"resnet50_mx.{module}").main([*argv, flag, str(value)])
     assert str(e.value) == f"error: {flag} must be a positive integer, not {value}"
+
+
+def test_deploy_refuses_a_bad_config_and_counts(tmp_path, digits_rec):
+    from resnet50_mx.deploy import main
+
+    model = tmp_path / "repo" / "resnet50_mx_python"
+    model.mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'name: "resnet50_mx_python"\ninput [ { name: "images"\n  dims: three\n'
+    )
+    argv = ["--model-repository", str(tmp_path / "repo"), "--data-dir", str(digits_rec)]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert (
+        str(e.value)
+        == f"error: {model / 'config.pbtxt'} is not a model configuration written by export_triton.sh"
+    )
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--batch-size", "0"])
+    assert str(e.value) == "error: --batch-size must be a positive integer, not 0"
