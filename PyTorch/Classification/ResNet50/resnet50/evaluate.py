@@ -22,6 +22,7 @@ from zoo.log import MetricsLogger
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
 from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
+from resnet50.inference import inference_model
 from resnet50.model import resnet50
 from resnet50.train import evaluate
 
@@ -41,7 +42,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--image-size", type=int, default=224, help="centre-crop size")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=4)
-    p.add_argument("--amp", choices=zoo.cli.AMP_CHOICES, default="fp32", help="autocast precision")
+    p.add_argument(
+        "--amp", choices=zoo.cli.AMP_CHOICES, default="fp32",
+        help="precision of the weights (the exported model's: BatchNorm folded, weights cast outright)",
+    )  # fmt: skip
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--limit-batches", type=int, default=None, help="evaluate only the first N batches")
@@ -58,9 +62,8 @@ def run(args) -> dict:
     preprocessing = eval_preprocessing(args.pretrained, args.image_size)
     print(f"preprocessing: {preprocessing.describe()}")
     device = torch.device(args.device)
-    model.to(device)
-    if args.channels_last:
-        model.to(memory_format=torch.channels_last)
+    # the model export.py writes and benchmark.py times (it casts to its precision itself: no autocast)
+    model = inference_model(model, amp=args.amp, channels_last=args.channels_last, device=device)
     cfg = DataConfig(
         data_dir=args.data_dir, backend=args.data_backend, batch_size=args.batch_size,
         image_size=preprocessing.crop, workers=args.workers, num_classes=args.num_classes,
@@ -75,10 +78,16 @@ def run(args) -> dict:
         batches = min(batches, args.limit_batches)
     start = time.perf_counter()
     with MetricsLogger(total_steps=batches, desc="eval") as progress:
-        metrics = evaluate(model, loader, device, args.amp, args.limit_batches, progress=progress)
+        metrics = evaluate(model, loader, device, "fp32", args.limit_batches, progress=progress)
     seconds = time.perf_counter() - start
     used = dataclasses.asdict(preprocessing)
-    return {"checkpoint": str(weights), "preprocessing": used, **metrics, "seconds": round(seconds, 2)}
+    return {
+        "checkpoint": str(weights),
+        "amp": args.amp,
+        "preprocessing": used,
+        **metrics,
+        "seconds": round(seconds, 2),
+    }
 
 
 def main(argv=None) -> None:

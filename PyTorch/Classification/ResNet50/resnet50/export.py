@@ -2,8 +2,12 @@
 
     python -m resnet50.export --checkpoint results/checkpoint.pt --repository triton_repo
 
-Models written (input: FP32 [3,H,W] normalised images, output: FP32 logits [classes]; the batch
-dimension is dynamic, Triton's dynamic batcher forms the batches):
+Every file holds ``resnet50.inference.inference_model`` (the model evaluate.py scores and
+benchmark.py times): BatchNorm folded into the convolutions, weights in ``--amp`` (fp32 by default;
+fp16 or bf16 outright, cast at the edges), so the input stays FP32 [3,H,W] normalised images and
+the output FP32 logits [classes] whatever the precision inside. The batch dimension is dynamic;
+Triton's dynamic batcher forms the batches. Each config.pbtxt records the precision as the
+``precision`` parameter. Models written:
 
 - ``resnet50_libtorch``: platform pytorch_libtorch, model.pt (traced TorchScript), tensors named
   ``INPUT__0`` / ``OUTPUT__0`` as that backend expects;
@@ -11,6 +15,8 @@ dimension is dynamic, Triton's dynamic batcher forms the batches):
 - ``resnet50_python``: python backend, the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
   over the same model.onnx on the CPU, ``images`` / ``logits`` like every ResNet-50 of the zoo
   (serves where only the python backend exists, e.g. the tritonserver of the nvidia-pytriton wheel).
+
+onnxruntime has no bf16 convolutions: ``--amp bf16`` exports the libtorch model only.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ import shutil
 import tempfile
 
 import torch
+import zoo.cli
 from zoo.checkpoints import CheckpointError
 from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
 from resnet50.data import one_line
+from resnet50.inference import inference_model
 from resnet50.model import resnet50
 
 # The libtorch backend names tensors by position; the ONNX models use the zoo's ResNet-50 names.
@@ -35,6 +43,7 @@ MODELS = ("libtorch", "onnx", "python")
 
 
 def load_model(checkpoint=None, pretrained=None, num_classes=1000) -> torch.nn.Module:
+    """The trained network (eval mode, unfolded, FP32) from a checkpoint file or a registry name."""
     model = resnet50(num_classes=num_classes)
     weights = resolve_weights(pretrained, checkpoint)
     if weights is not None:
@@ -43,6 +52,7 @@ def load_model(checkpoint=None, pretrained=None, num_classes=1000) -> torch.nn.M
 
 
 def export_torchscript(model: torch.nn.Module, path, image_size: int) -> pathlib.Path:
+    """``model`` traced with a batch of 2 FP32 images and saved as TorchScript."""
     example = torch.randn(2, 3, image_size, image_size)
     with torch.no_grad():
         traced = torch.jit.trace(model, example)
@@ -51,6 +61,7 @@ def export_torchscript(model: torch.nn.Module, path, image_size: int) -> pathlib
 
 
 def export_onnx(model: torch.nn.Module, path, image_size: int, opset: int = 17) -> pathlib.Path:
+    """``model`` as ONNX (dynamic batch), tensors ``images`` / ``logits``."""
     example = torch.randn(2, 3, image_size, image_size)
     with torch.no_grad():
         torch.onnx.export(
@@ -67,7 +78,16 @@ def export_onnx(model: torch.nn.Module, path, image_size: int, opset: int = 17) 
 
 
 def triton_config(
-    name, kind, *, image_size, num_classes, max_batch_size, instance_kind, instance_count, preprocessing=None
+    name,
+    kind,
+    *,
+    image_size,
+    num_classes,
+    max_batch_size,
+    instance_kind,
+    instance_count,
+    preprocessing=None,
+    amp="fp32",
 ):
     input_name, output_name = LIBTORCH_NAMES if kind == "libtorch" else (INPUT_NAME, OUTPUT_NAME)
     inputs = [TensorSpec(input_name, "FP32", [3, image_size, image_size])]
@@ -85,7 +105,7 @@ def triton_config(
         instance_kind="KIND_CPU" if kind == "python" else instance_kind,
         instance_count=instance_count,
         dynamic_batching=batching,
-        parameters=preprocessing_parameters(preprocessing) if preprocessing else None,
+        parameters={"precision": amp, **(preprocessing_parameters(preprocessing) if preprocessing else {})},
     )
 
 
@@ -110,37 +130,42 @@ def export_repository(
     instance_kind: str = "KIND_GPU",
     instance_count: int = 1,
     preprocessing=None,
+    amp: str = "fp32",
 ) -> dict[str, pathlib.Path]:
-    """Write the chosen models into ``repository``; returns {model name: its folder}.
+    """Write the chosen models of the trained network ``model`` into ``repository``: each file holds
+    ``inference_model(model, amp=amp)``. Returns {model name: its folder}.
 
     ``preprocessing`` (a zoo.checkpoints.Preprocessing) sets the input size (its crop) and is
     recorded in each config.pbtxt as ``preprocessing_*`` parameters for clients.
     """
     if preprocessing is not None:
         image_size = preprocessing.crop
+    if amp == "bf16" and ("onnx" in models or "python" in models):
+        raise SystemExit("error: onnxruntime has no bf16 convolutions: export bf16 with --models libtorch")
     num_classes = model.fc.out_features
+    served = inference_model(model, amp=amp)
     repository = pathlib.Path(repository)
     repository.mkdir(parents=True, exist_ok=True)
     written = {}
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = pathlib.Path(tmp) / "model.onnx"
         if "onnx" in models or "python" in models:
-            export_onnx(model, onnx_path, image_size)
+            export_onnx(served, onnx_path, image_size)
         for kind in models:
             name = f"resnet50_{kind}"
             config = triton_config(
                 name, kind, image_size=image_size, num_classes=num_classes, max_batch_size=max_batch_size,
-                instance_kind=instance_kind, instance_count=instance_count, preprocessing=preprocessing,
+                instance_kind=instance_kind, instance_count=instance_count, preprocessing=preprocessing, amp=amp,
             )  # fmt: skip
             if kind == "libtorch":
-                files = {"model.pt": export_torchscript(model, pathlib.Path(tmp) / "model.pt", image_size)}
+                files = {"model.pt": export_torchscript(served, pathlib.Path(tmp) / "model.pt", image_size)}
             elif kind == "onnx":
                 files = {"model.onnx": onnx_path}
             else:
                 files = {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}
             shutil.rmtree(repository / name, ignore_errors=True)
             written[name] = write_model(repository, config, files)
-            print(f"wrote {name} ({config.platform or config.backend}) -> {written[name]}")
+            print(f"wrote {name} ({config.platform or config.backend}, {amp}) -> {written[name]}")
     return written
 
 
@@ -160,8 +185,12 @@ def main(argv=None) -> None:
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--instance-kind", choices=("KIND_GPU", "KIND_CPU"), default="KIND_GPU")
     p.add_argument("--instance-count", type=int, default=1)
+    p.add_argument(
+        "--amp", choices=zoo.cli.AMP_CHOICES, default="fp32",
+        help="precision of the exported weights (BatchNorm folded; FP32 input and output); bf16: libtorch only",
+    )  # fmt: skip
     p.add_argument("--print-config", action="store_true", help="print each config.pbtxt")
-    args = p.parse_args(argv)
+    args = zoo.cli.parse_args(p, argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
@@ -182,6 +211,7 @@ def main(argv=None) -> None:
     written = export_repository(
         model, args.repository, models=models, max_batch_size=args.max_batch_size,
         instance_kind=args.instance_kind, instance_count=args.instance_count, preprocessing=preprocessing,
+        amp=args.amp,
     )  # fmt: skip
     if args.print_config:
         for folder in written.values():

@@ -28,26 +28,25 @@ from zoo.log import MetricsLogger
 from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
-    amp_dtype,
     autocast,
     check_replicas_agree,
     close_distributed,
-    distributed_model,
     fast_math,
-    grad_scaler,
     init_distributed,
-    parameter_groups,
     seed_everything,
 )
 
 from resnet50.checkpoints import load_weights, read_checkpoint, resolve_weights
 from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
-from resnet50.model import resnet50
+from resnet50.step import COMPILE_MODES, build_model, build_train_step, recipe_levers
 
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_RECIPE = MODEL_DIR / "configs" / "resnet50_1gpu_90ep.yaml"
 CHECKPOINT_NAME = "checkpoint.pt"
 MLPERF_BENCHMARK = "resnet"
+# Steps at the start of a run left out of its images/s (compilation, cuDNN autotuning, CUDA-graph
+# capture), as benchmark.py leaves out its warm-up: the two report the same steady state.
+THROUGHPUT_WARMUP_STEPS = 20
 
 # flag name -> dotted recipe key; a flag left unset keeps the recipe's value.
 FLAG_TO_RECIPE = {
@@ -100,9 +99,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup-epochs", type=float, default=None)
     p.add_argument("--label-smoothing", type=float, default=None)
     p.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None, help="torch.compile")
+    p.add_argument(
+        "--compile", nargs="?", const="default", choices=("none", *COMPILE_MODES), default=None,
+        help="torch.compile mode (alone: default; none: eager; reduce-overhead adds CUDA graphs)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--steps-per-epoch", type=int, default=None, help="cap the batches per epoch (smoke runs)")
+    p.add_argument(
+        "--steps-per-epoch", type=int, default=None,
+        help="cap the batches per epoch (smoke runs); with --synthetic: the epoch's length (default 100)",
+    )  # fmt: skip
     p.add_argument("--pretrained", default=None, help="start from a registry checkpoint (checkpoints.yaml)")
     p.add_argument("--init-checkpoint", default=None, help="start from the weights in this file")
     p.add_argument(
@@ -128,28 +133,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 def build_recipe(args) -> dict:
     """The recipe file with --set items and the flags of FLAG_TO_RECIPE applied."""
     return zoo.cli.recipe_from_args(args, FLAG_TO_RECIPE)
-
-
-def _flag(value, key: str) -> bool:
-    """A recipe boolean: YAML's true/false, or the strings an override may carry."""
-    if isinstance(value, bool):
-        return value
-    if str(value).lower() in ("true", "1", "yes"):
-        return True
-    if str(value).lower() in ("false", "0", "no"):
-        return False
-    raise SystemExit(f"{key} must be true or false, not {value!r}")
-
-
-def _share(value, key: str) -> float:
-    """A recipe fraction in [0, 1]."""
-    try:
-        share = float(value)
-    except (TypeError, ValueError):
-        share = None
-    if share is None or not 0.0 <= share <= 1.0:
-        raise SystemExit(f"{key} must be a number from 0 to 1, not {value!r}")
-    return share
 
 
 def warmup_cosine(total_steps: int, warmup_steps: int):
@@ -211,6 +194,37 @@ def evaluate(
 
 
 # -------------------------------------------------------------------------------------------- training
+class Stopwatch:
+    """Images per second over the steps counted after ``start()``; reads the clock only after the
+    device has finished the queued work (at the start and at ``rate()``)."""
+
+    def __init__(self, device, started: bool = False):
+        self.device, self.images, self.began = torch.device(device), 0, None
+        if started:
+            self.start()
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def start(self) -> None:
+        self._synchronize()
+        self.began, self.images = time.perf_counter(), 0
+
+    def count(self, images: int, start_now: bool = False) -> None:
+        """Count a finished step's images (if started); ``start_now``: start after this step instead."""
+        if start_now:
+            self.start()
+        elif self.began is not None:
+            self.images += images
+
+    def rate(self) -> float | None:
+        if self.began is None or self.images == 0:
+            return None
+        self._synchronize()
+        return self.images / (time.perf_counter() - self.began)
+
+
 def mlperf_log_path(results_dir: pathlib.Path, resumed: bool) -> pathlib.Path:
     """RESULTS_DIR/mlperf.log for a new run (an old one is replaced); a resumed run gets a file of its
     own (mlperf_resume1.log, 2, ...), since the compliance checker reads one run per file."""
@@ -235,8 +249,9 @@ def train(args) -> dict:
     fast_math(device)
     data_cfg, model_cfg = recipe["data"], recipe["model"]
     opt_cfg, sched_cfg, train_cfg = recipe["optimizer"], recipe["schedule"], recipe["train"]
-    amp = str(train_cfg["amp"])
-    amp_dtype(amp)  # a precision the recipe misspells ends the run here, before any data is read
+    # a lever the recipe misspells (precision, compile mode, ...) ends the run here, before any data is read
+    levers = recipe_levers(recipe)
+    amp, channels_last = levers["amp"], levers["channels_last"]
     seed = int(train_cfg["seed"])
     seed_everything(seed)
 
@@ -253,15 +268,9 @@ def train(args) -> dict:
         rank=env.rank,
         world_size=env.world_size,
         device=str(device),
-        channels_last=bool(train_cfg["channels_last"]),
-        prefetch_depth=int(data_cfg.get("prefetch_depth", 2)),
-        prefetch_priority=_flag(data_cfg.get("prefetch_priority", True), "data.prefetch_priority"),
-        pin_encoded=_flag(data_cfg.get("pin_encoded", True), "data.pin_encoded"),
-        fused_crop=_flag(data_cfg.get("fused_crop", False), "data.fused_crop"),
-        host_decode_share=_share(data_cfg.get("host_decode_share", 0.0), "data.host_decode_share"),
+        channels_last=channels_last,
+        synthetic_batches=args.steps_per_epoch or 100,
     )
-    if cfg.prefetch_depth < 1:
-        raise SystemExit(f"data.prefetch_depth must be 1 or more, not {cfg.prefetch_depth}")
     classes = None if cfg.backend == "synthetic" else check_layout(cfg.data_dir, num_classes)
     # The MLPerf log starts once the command line, the recipe and the data folder have passed their
     # checks: bad input ends in one line and writes nothing into RESULTS_DIR.
@@ -278,25 +287,15 @@ def train(args) -> dict:
     total_steps = epochs * steps_per_epoch
     global_batch = cfg.batch_size * env.world_size
 
-    model = resnet50(num_classes=num_classes, zero_init_residual=bool(model_cfg["zero_init_residual"]))
+    model = build_model(recipe)
     weights = resolve_weights(args.pretrained, args.init_checkpoint)
     if weights is not None:
         load_weights(model, weights, reset_classifier=args.reset_classifier)
-    model.to(device)
-    if cfg.channels_last:
-        model.to(memory_format=torch.channels_last)
-
-    peak_lr = float(opt_cfg["lr_per_256"]) * global_batch / 256
-    optimizer = torch.optim.SGD(
-        parameter_groups(model, float(opt_cfg["weight_decay"])),
-        lr=peak_lr,
-        momentum=float(opt_cfg["momentum"]),
-        nesterov=bool(opt_cfg.get("nesterov", False)),
-    )
+    # the step benchmark.py times: optimizer, loss, precision, DDP and compilation from the recipe
+    step = build_train_step(recipe, device, world_size=env.world_size, model=model)
+    optimizer, scaler, peak_lr = step.optimizer, step.scaler, step.peak_lr
     warmup_steps = int(round(float(sched_cfg["warmup_epochs"]) * steps_per_epoch))
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, warmup_steps))
-    scaler = grad_scaler(device, amp)
-    criterion = nn.CrossEntropyLoss(label_smoothing=float(train_cfg["label_smoothing"]))
 
     start_epoch, start_batch, global_step, best_top1 = 0, 0, 0, 0.0
     if resume_path is not None:
@@ -313,12 +312,6 @@ def train(args) -> dict:
         start_epoch, start_batch = state["epoch"], state["batch_in_epoch"]
         global_step, best_top1 = state["global_step"], state["best_top1"]
 
-    train_model = model
-    if env.world_size > 1:
-        train_model = distributed_model(model, device)
-    if train_cfg["compile"]:
-        train_model = torch.compile(train_model)
-
     results_dir.mkdir(parents=True, exist_ok=True)
     logger = MetricsLogger(
         str(results_dir / "metrics.jsonl"), enabled=primary, total_steps=total_steps, desc="train"
@@ -327,7 +320,7 @@ def train(args) -> dict:
     if primary:
         print(
             f"{env.world_size} process(es) on {device}, amp {amp}, {epochs} epochs x {steps_per_epoch} steps, "
-            f"global batch {global_batch}, {cfg.backend} input"
+            f"global batch {global_batch}, {cfg.backend} input, compile {step.compile_mode or 'none'}"
             + (f", resumed at step {global_step}" if global_step else ""),
             flush=True,
         )
@@ -369,27 +362,24 @@ def train(args) -> dict:
             torch.save(state, tmp)
 
     metrics = {"top1": 0.0, "top5": 0.0}
-    train_model.train()
+    steps_run = 0  # steps of this process's run (a resumed run warms up again)
     mlperf.init_stop()
     with mlperf:  # an exception from here on logs run_stop "aborted"
         mlperf.run_start()
         for epoch in range(start_epoch, epochs):
             mlperf.epoch_start(epoch + 1)
-            epoch_start, seen = time.perf_counter(), 0
+            # images/s from the first step after the run's warm-up to the end of the epoch
+            clock = Stopwatch(device, started=steps_run >= THROUGHPUT_WARMUP_STEPS)
             for batch_in_epoch, (images, labels) in enumerate(
                 train_loader.epoch(epoch, start_batch), start=start_batch
             ):
                 if batch_in_epoch >= steps_per_epoch:
                     break
-                with autocast(device, amp):
-                    loss = criterion(train_model(images), labels)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
+                loss = step(images, labels)
                 scheduler.step()
                 global_step += 1
-                seen += labels.shape[0] * env.world_size
+                steps_run += 1
+                clock.count(labels.shape[0] * env.world_size, start_now=steps_run == THROUGHPUT_WARMUP_STEPS)
                 if global_step % args.log_every == 0 or batch_in_epoch + 1 == steps_per_epoch:
                     reading = {"loss": float(loss.detach()), "lr": scheduler.get_last_lr()[0], "epoch": epoch}
                     logger.log(global_step, reading)
@@ -400,16 +390,19 @@ def train(args) -> dict:
                     sys.stderr.flush()
                     os._exit(137)  # as abrupt as a kill: no clean-up, no final checkpoint
             start_batch = 0
-            train_seconds = time.perf_counter() - epoch_start
+            train_img_per_s = clock.rate()
             mlperf.epoch_stop(epoch + 1)
             mlperf.eval_start(epoch + 1)
             metrics = evaluate(model, val_loader, device, amp, progress=val_progress)
             mlperf.eval_stop(epoch + 1)
             mlperf.eval_accuracy(metrics["top1"] / 100, epoch + 1)
             best_top1 = max(best_top1, metrics["top1"])
+            reading = {**metrics, "epoch": epoch}
+            if train_img_per_s is not None:  # None: the epoch ended within the warm-up
+                reading["train_img_per_s"] = train_img_per_s
             logger.log(
                 global_step,
-                {**metrics, "epoch": epoch, "train_img_per_s": seen / max(train_seconds, 1e-9)},
+                reading,
                 units={"top1": "%", "top5": "%", "train_img_per_s": " img/s"},
                 phase="val",
             )

@@ -19,30 +19,15 @@ Examples:
   scripts/train.sh --recipe configs/resnet50_1gpu_90ep.yaml --data-dir /data/imagenet
   NGPU=8 scripts/train.sh --recipe configs/resnet50_8gpu_90ep.yaml --data-dir /data/imagenet --target-top1 75.9
   scripts/train.sh --gpus 8 --nnodes 2 --node-rank 0 --rdzv-endpoint node0:29500 --recipe configs/resnet50_8gpu_90ep.yaml
-  scripts/train.sh --synthetic --epochs 1 --steps-per-epoch 50 --set train.compile=true
+  scripts/train.sh --synthetic --epochs 1 --steps-per-epoch 200   # logs steady-state img/s (steps 21-200)
   scripts/train.sh --recipe configs/resnet50_1gpu_90ep.yaml --data-dir /data/imagenet --resume auto
 USAGE
 }
 
-NGPU="${NGPU:-1}"
-NNODES="${NNODES:-1}"
-NODE_RANK="${NODE_RANK:-0}"
-RDZV_ENDPOINT="${RDZV_ENDPOINT:-127.0.0.1:29500}"
-ARGS=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    -h|--help) usage; echo; exec "${PYTHON}" -m resnet50.train --help ;;
-    --gpus) NGPU="$2"; shift 2 ;;
-    --nnodes) NNODES="$2"; shift 2 ;;
-    --node-rank) NODE_RANK="$2"; shift 2 ;;
-    --rdzv-endpoint) RDZV_ENDPOINT="$2"; shift 2 ;;
-    *) ARGS+=("$1"); shift ;;
-  esac
-done
-
-if [[ "${NGPU}" -gt 1 || "${NNODES}" -gt 1 ]]; then
-  exec "${PYTHON}" -m torch.distributed.run --nproc-per-node "${NGPU}" --nnodes "${NNODES}" \
-    --node-rank "${NODE_RANK}" --rdzv-backend c10d --rdzv-endpoint "${RDZV_ENDPOINT}" \
-    -m resnet50.train "${ARGS[@]}"
-fi
-exec "${PYTHON}" -m resnet50.train "${ARGS[@]}"
+ZOO_COMMON="$("${PYTHON}" -c 'import pathlib, zoo; print(pathlib.Path(zoo.__file__).parents[1])' 2>/dev/null)" ||
+  { echo "error: ${PYTHON} cannot import zoo: pip install -e common (the zoo images have it)" >&2; exit 1; }
+# The launcher shared by the PyTorch models (--gpus, --nnodes, --node-rank, --rdzv-endpoint and their
+# environment variables; torchrun when N > 1) sits in common/scripts, beside the installed zoo package.
+# shellcheck source=/dev/null
+source "${ZOO_COMMON}/scripts/launch_torch.sh"
+launch_torch resnet50.train "$@"

@@ -151,12 +151,12 @@ def test_two_process_ddp_gives_identical_weights(tmp_path, digits16):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("data.prefetch_depth=0", "data.prefetch_depth must be 1 or more, not 0"),
-        ("data.fused_crop=maybe", "data.fused_crop must be true or false, not 'maybe'"),
-        ("data.host_decode_share=1.5", "data.host_decode_share must be a number from 0 to 1, not 1.5"),
+        ("train.compile=fast", "train.compile must be false or one of default, reduce-overhead"),
+        ("optimizer.fused=maybe", "optimizer.fused must be true or false, not 'maybe'"),
+        ("train.cudnn_benchmark=2", "train.cudnn_benchmark must be true or false, not 2"),
     ],
 )
-def test_bad_gpu_decode_recipe_keys_are_one_line_errors(tmp_path, digits16, override, message):
+def test_bad_lever_recipe_keys_are_one_line_errors(tmp_path, digits16, override, message):
     from r50_testutil import assert_one_line_error
 
     result = run_module(

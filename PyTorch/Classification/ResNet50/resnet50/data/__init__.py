@@ -1,0 +1,92 @@
+"""Input pipelines for ImageNet-style image folders: ``data_dir/{train,val}/<class>/*.jpg``.
+
+Backends (``--data-backend``, recipe key ``data.backend``), one module each:
+
+- ``pytorch`` (``folder.py``): torchvision transforms + PIL decode in DataLoader workers, pinned memory.
+- ``gpu-decode`` (``gpu_decode.py``): workers only read JPEG bytes; ``torchvision.io.decode_jpeg``
+  decodes the whole batch on the device (nvJPEG on CUDA), then crop, flip and normalise run there too,
+  two batches ahead in a background thread.
+- ``dali-gpu`` / ``dali-cpu`` (``dali.py``): an NVIDIA DALI pipeline (decode on GPU via ``mixed``, or on CPU).
+- ``synthetic`` (``synthetic.py``): one random batch created once on the device (measures the model,
+  not the input).
+
+Training augmentation (all backends): random-resized crop, horizontal flip, normalisation with the
+ImageNet mean/std. Validation: resize the short side to ``image_size * 256 / 224``, centre crop; or,
+for a registry checkpoint, the entry's preprocessing (``DataConfig.val_preprocessing``: resize, crop,
+interpolation, mean, std; applied by the ``pytorch`` backend).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zoo.checkpoints import Preprocessing
+
+from resnet50.data.dali import DaliLoader
+from resnet50.data.folder import (
+    IMAGE_EXTENSIONS,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    DataError,
+    EpochLoader,
+    ShardedSampler,
+    build_folder_loader,
+    check_layout,
+    default_preprocessing,
+    eval_transform,
+    list_samples,
+    one_line,
+    val_resize_size,
+)
+from resnet50.data.gpu_decode import build_gpu_decode_loader, crop_resize
+from resnet50.data.synthetic import SyntheticLoader
+
+BACKENDS = ("pytorch", "gpu-decode", "dali-gpu", "dali-cpu", "synthetic")
+
+__all__ = [
+    "BACKENDS", "IMAGE_EXTENSIONS", "IMAGENET_MEAN", "IMAGENET_STD", "DataConfig", "DataError",
+    "EpochLoader", "ShardedSampler", "SyntheticLoader", "build_loader", "check_layout", "crop_resize",
+    "default_preprocessing", "eval_transform", "list_samples", "one_line", "val_resize_size",
+]  # fmt: skip
+
+
+@dataclass
+class DataConfig:
+    """What a loader needs: the folder, the backend, the batch and crop, this process's shard."""
+
+    data_dir: str | None
+    backend: str = "pytorch"
+    batch_size: int = 256  # per process
+    image_size: int = 224
+    workers: int = 8
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    num_classes: int = 1000
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    device: str = "cpu"
+    channels_last: bool = False
+    synthetic_batches: int = 100  # synthetic backend: training batches per epoch (there is no data set)
+    val_preprocessing: Preprocessing | None = None  # validation resize/crop/mean/std (default: 256/224)
+
+
+def build_loader(cfg: DataConfig, split: str, classes: list[str] | None = None):
+    """The loader for ``split`` ("train" or "val") with the chosen backend: ``loader.epoch(e,
+    start_batch)`` yields (images, labels) on ``cfg.device``; ``batches_per_epoch``,
+    ``samples_per_epoch`` (all ranks) and ``global_batch`` describe it."""
+    if cfg.backend not in BACKENDS:
+        raise DataError(f"unknown data backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
+    if cfg.backend == "synthetic":
+        return SyntheticLoader(cfg, batches_per_epoch=cfg.synthetic_batches if split == "train" else 10)
+    if classes is None:
+        classes = check_layout(cfg.data_dir, cfg.num_classes)
+    pre = cfg.val_preprocessing
+    if split == "val" and cfg.backend != "pytorch" and pre and pre != default_preprocessing(cfg.image_size):
+        raise DataError(
+            f"the checkpoint's preprocessing ({pre.describe()}) is applied by --data-backend pytorch only"
+        )
+    if cfg.backend == "pytorch":
+        return build_folder_loader(cfg, split, classes)
+    if cfg.backend == "gpu-decode":
+        return build_gpu_decode_loader(cfg, split, classes)
+    return DaliLoader(cfg, split, classes)
