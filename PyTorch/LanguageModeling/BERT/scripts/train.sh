@@ -20,7 +20,7 @@ Usage: scripts/train.sh [pretrain|squad] [--gpus N] [--nnodes N] [--node-rank R]
 GPU, 1 on a CPU). --nnodes N, --node-rank R, --rdzv-endpoint HOST:PORT of node 0 (default
 127.0.0.1:29500): several nodes; under SLURM run one task per node with --nnodes $SLURM_NNODES
 --node-rank $SLURM_NODEID (see README). With N > 1 or several nodes the run starts under torchrun.
-Environment: NGPU, DATA_DIR, RESULTS_DIR, PYTHON.
+Environment: NGPU, NNODES, NODE_RANK, RDZV_ENDPOINT (the defaults of the flags), DATA_DIR, RESULTS_DIR, PYTHON.
 Examples:
   NGPU=8 scripts/train.sh --recipe configs/pretrain_phase1_8gpu.yaml --data-dir data/bert/phase1 --results-dir results/phase1
   NGPU=8 scripts/train.sh --recipe configs/pretrain_phase2_8gpu.yaml --data-dir data/bert/phase2 --results-dir results/phase2 \
@@ -37,34 +37,21 @@ case "${1:-}" in
   pretrain) shift ;;
   squad) module=bert.finetune_squad; extra=(--do-train --do-predict); shift ;;
 esac
-gpus=${NGPU:-}
-nnodes=1
-node_rank=0
-endpoint=127.0.0.1:29500
-args=()
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    -h|--help)
-      usage
-      echo
-      echo "=== pretrain: python -m bert.pretrain ==="
-      "${PYTHON}" -m bert.pretrain --help
-      echo
-      echo "=== squad: python -m bert.finetune_squad ==="
-      exec "${PYTHON}" -m bert.finetune_squad --help ;;
-    --gpus) gpus=$2; shift 2 ;;
-    --nnodes) nnodes=$2; shift 2 ;;
-    --node-rank) node_rank=$2; shift 2 ;;
-    --rdzv-endpoint) endpoint=$2; shift 2 ;;
-    *) args+=("$1"); shift ;;
-  esac
+for arg in "$@"; do
+  if [[ "$arg" == -h || "$arg" == --help ]]; then
+    usage
+    echo
+    echo "=== pretrain: python -m bert.pretrain ==="
+    "${PYTHON}" -m bert.pretrain --help
+    echo
+    echo "=== squad: python -m bert.finetune_squad ==="
+    exec "${PYTHON}" -m bert.finetune_squad --help
+  fi
 done
-if [[ -z "$gpus" ]]; then
-  gpus=$("${PYTHON}" -c 'import torch; print(max(1, torch.cuda.device_count()))')
-fi
-if [[ "$gpus" == 1 && "$nnodes" == 1 ]]; then
-  exec "${PYTHON}" -m "$module" "${extra[@]}" "${args[@]}"
-fi
-exec "${PYTHON}" -m torch.distributed.run --nproc_per_node "$gpus" --nnodes "$nnodes" \
-  --node_rank "$node_rank" --rdzv_backend c10d --rdzv_endpoint "$endpoint" \
-  -m "$module" "${extra[@]}" "${args[@]}"
+ZOO_COMMON="$("${PYTHON}" -c 'import pathlib, zoo; print(pathlib.Path(zoo.__file__).parents[1])' 2>/dev/null)" ||
+  { echo "error: ${PYTHON} cannot import zoo: pip install -e common (the zoo images have it)" >&2; exit 1; }
+# The launcher shared by the PyTorch models (--gpus, --nnodes, --node-rank, --rdzv-endpoint and their
+# environment variables; torchrun when N > 1) sits in common/scripts, beside the installed zoo package.
+# shellcheck source=/dev/null
+source "${ZOO_COMMON}/scripts/launch_torch.sh"
+LAUNCH_TORCH_DEFAULT_GPUS=visible launch_torch "$module" "${extra[@]}" "$@"
