@@ -252,13 +252,15 @@ class DLRM(nn.Module):
         self.top = mlp([width, *cfg["top_mlp"], 1], last_activation=False)
 
     def compile_dense(self) -> None:
-        """``torch.compile`` the bottom MLP, the interaction and the top MLP in place (state-dict
-        names unchanged); the embedding lookup stays eager (its backward has data-dependent sizes)."""
-        for part in (self.bottom, self.interaction, self.top):
-            part.compile()
+        """``torch.compile`` the bottom MLP, interaction and top MLP as one graph (state-dict names
+        unchanged); the embedding lookup stays eager (its backward has data-dependent sizes)."""
+        self.dense_forward = torch.compile(self.dense_forward)
 
     def forward(self, dense: torch.Tensor, sparse) -> torch.Tensor:
-        embedded = self.sparse(sparse)
+        return self.dense_forward(dense, self.sparse(sparse))
+
+    def dense_forward(self, dense: torch.Tensor, embedded: torch.Tensor) -> torch.Tensor:
+        """Logits [B] from the dense features and the pooled embeddings [B, tables, dim]."""
         bottom = self.bottom(dense)
         return self.top(self.interaction(bottom, embedded.to(bottom.dtype))).squeeze(1)
 

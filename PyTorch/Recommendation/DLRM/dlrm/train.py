@@ -4,7 +4,7 @@ Embeddings: ``model.embeddings: torchrec`` shards the tables over the processes 
 (fused row-wise Adagrad or SGD, the dense part in DDP); ``plain`` keeps every table in one fused
 weight on each process (one lookup, row-wise Adagrad or SGD on the touched rows only; no fbgemm;
 DDP over the whole model). Both give the same numbers on the same data. ``speed.compile``
-compiles the plain path's MLPs and interaction.
+compiles the plain path's MLPs and interaction (one graph).
 Evaluation: exact ROC AUC over the whole validation split; ``--target-auc`` stops once reached.
 Writes metrics.jsonl, tensorboard/, mlperf.log (dlrm_dcnv2, ruleset 6.0.0) and the sharded
 checkpoint directory ``checkpoint/`` under --results-dir.
