@@ -196,8 +196,8 @@ class MLPerfLogger:
         try:
             from mlperf_logging.mllog import constants
             from mlperf_logging.mllog.mllog import MLLogger
-        except ImportError:
-            raise SystemExit(f"error: zoo.mlperf needs {_PACKAGE} (pip install {_PACKAGE})") from None
+        except ImportError as e:
+            raise SystemExit(f"error: zoo.mlperf needs {_PACKAGE} (pip install {_PACKAGE}): {e}") from None
 
         # A logger of our own, not registered with logging: its handlers close with this object.
         logger = logging.Logger(f"zoo.mlperf.{id(self)}", level=logging.INFO)
