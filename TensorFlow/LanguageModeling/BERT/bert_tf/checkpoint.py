@@ -329,13 +329,19 @@ def read_run_info(run_dir: Path | None) -> dict:
     return json.loads((run_dir / "run.json").read_text())
 
 
+def named_weights(model) -> dict:
+    """{Google name: variable}: what training checkpoints hold the weights under (tf.train.Checkpoint
+    ``weights=``), so that they do not depend on how Keras tracks nested layers."""
+    return {name: variable for name, (variable, _) in google_variables(model).items()}
+
+
 def restore_run(model, prefix: str) -> None:
-    """The model's weights from a training run's tf.train.Checkpoint (other task heads ignored)."""
+    """The model's weights from a training run's tf.train.Checkpoint of the same task; every weight must be there."""
     import tensorflow as tf
 
     try:
-        status = tf.train.Checkpoint(model=model).restore(prefix)
-        status.expect_partial()
+        status = tf.train.Checkpoint(weights=named_weights(model)).restore(prefix)
+        status.expect_partial().assert_existing_objects_matched()
     except (ValueError, AssertionError, tf.errors.OpError) as e:
         raise SystemExit(
             f"error: checkpoint {prefix} does not fit the model: {str(e).splitlines()[0][:300]}"

@@ -87,7 +87,8 @@ def _init(config: BertConfig):
 
 
 def _gelu(x):
-    return keras.activations.gelu(x, approximate=False)  # erf GELU, as the PyTorch BERT's F.gelu
+    """erf GELU, as the PyTorch BERT's F.gelu; written with erf (ONNX has it; Keras' gelu lowers to Erfc)."""
+    return 0.5 * x * (1.0 + ops.erf(x * ops.cast(0.7071067811865476, x.dtype)))
 
 
 def attention_mask_from_seq_ids(seq_ids):

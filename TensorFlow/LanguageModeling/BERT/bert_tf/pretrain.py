@@ -272,7 +272,7 @@ def main(argv=None) -> dict:
     from zoo.mlperf import MLPerfLogger
 
     from bert_tf import data as bert_data
-    from bert_tf.checkpoint import export_google_npz, load_weights
+    from bert_tf.checkpoint import export_google_npz, load_weights, named_weights
     from bert_tf.lamb import build_optimizer
     from bert_tf.model import bert_config, build_pretrainer, dropout_states, parameter_count
 
@@ -324,7 +324,10 @@ def main(argv=None) -> dict:
         optimizer.build(model.trainable_variables)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     checkpoint = tf.train.Checkpoint(
-        model=model, optimizer=optimizer, global_step=global_step, dropout=dropout_states(model)
+        weights=named_weights(model),
+        optimizer=optimizer,
+        global_step=global_step,
+        dropout=dropout_states(model),
     )
     manager = _checkpoint_manager(runtime, checkpoint, results_dir)
     if resume_from:

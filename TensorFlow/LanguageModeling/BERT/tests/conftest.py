@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -77,3 +78,64 @@ def pretrained_run(packed_data, tmp_path_factory):
     summary = main(["--recipe", str(recipe), "--data-dir", str(packed_data), "--results-dir", str(run)])
     keras.mixed_precision.set_global_policy(before)
     return run, summary
+
+
+def write_first_word_squad(path, english_text, count):
+    """Questions whose answer is the first word of a paragraph of licence text (articles and
+    punctuation skipped: they normalise to nothing, which no F1 can score)."""
+    from zoo.squad import normalize_answer
+    from zoo.text import read_documents
+
+    docs = [d for d in read_documents([english_text]) if len(d) >= 2][:count]
+    paragraphs = []
+    for i, d in enumerate(docs):
+        context = " ".join(d[:2])
+        word = next(w for w in context.split() if normalize_answer(w))
+        answer = {"text": word, "answer_start": context.index(word)}
+        qas = [{"id": f"q{i}", "question": "Which word opens the text?", "answers": [answer]}]
+        paragraphs.append({"context": context, "qas": qas})
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
+    return path
+
+
+@pytest.fixture(scope="session")
+def squad_data(tmp_path_factory, english_text):
+    data = tmp_path_factory.mktemp("squad")
+    write_first_word_squad(data / "train-v1.1.json", english_text, 64)
+    (data / "dev-v1.1.json").write_text((data / "train-v1.1.json").read_text())
+    return data
+
+
+@pytest.fixture(scope="session")
+def squad_run(pretrained_run, squad_data, tiny_vocab, tmp_path_factory):
+    """(run dir, untrained scores, fine-tuned scores): fine-tuning starts from the pretraining run."""
+    import keras
+    from bert_tf.finetune_squad import main
+
+    run = tmp_path_factory.mktemp("squad_run")
+    before_policy = keras.mixed_precision.global_policy().name
+    common = [
+        "--recipe",
+        str(MODEL_DIR / "configs" / "squad_tiny_cpu.yaml"),
+        "--vocab",
+        str(tiny_vocab),
+        "--data-dir",
+        str(squad_data),
+    ]
+    common += ["--init-checkpoint", str(pretrained_run[0])]
+    before = main([*common, "--do-predict", "--results-dir", str(tmp_path_factory.mktemp("untrained"))])
+    after = main(
+        [
+            *common,
+            "--do-train",
+            "--do-predict",
+            "--epochs",
+            "10",
+            "--target-f1",
+            "85",
+            "--results-dir",
+            str(run),
+        ]
+    )
+    keras.mixed_precision.set_global_policy(before_policy)
+    return run, before, after

@@ -1,0 +1,115 @@
+"""Export parity (SavedModel and ONNX against Keras), config.pbtxt validity, and the real tritonserver
+(python backend) answering with the same spans as TensorFlow."""
+
+import json
+
+import numpy as np
+import pytest
+
+INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+@pytest.fixture(scope="module")
+def exported(squad_run, squad_data, tiny_vocab, tmp_path_factory):
+    from bert_tf.export import load_squad_model, main
+    from bert_tf.finetune_squad import predict
+    from zoo.squad import best_spans, make_features, read_squad
+    from zoo.wordpiece import load_tokenizer
+
+    run = squad_run[0]
+    repo = tmp_path_factory.mktemp("repo")
+    main(["--checkpoint", str(run), "--vocab", str(tiny_vocab), "--model-repository", str(repo)]
+         + ["--max-batch-size", "8", "--instance-kind", "KIND_CPU"])  # fmt: skip
+    tokenizer = load_tokenizer(tiny_vocab)
+    examples = read_squad(squad_data / "dev-v1.1.json")[0][:12]
+    features = make_features(examples, tokenizer, max_seq=64, doc_stride=24, max_query=16)
+    model = load_squad_model(run, tokenizer.get_vocab_size())
+    start, end = predict(model, features)
+    answers = best_spans(examples, features, start, end)
+    return repo, examples, features, model, answers
+
+
+def test_repository_configs_are_valid(exported):
+    from zoo.triton import parse_pbtxt
+
+    repo = exported[0]
+    assert sorted(p.parent.name for p in repo.glob("*/config.pbtxt")) == [
+        "bert_tf_onnx", "bert_tf_python", "bert_tf_savedmodel",
+    ]  # fmt: skip
+    for path in repo.glob("*/config.pbtxt"):
+        config = parse_pbtxt(path.read_text())
+        assert [i.name for i in config.input] == list(INPUTS)
+        assert [o.name for o in config.output] == ["start_logits", "end_logits"]
+    assert (
+        parse_pbtxt((repo / "bert_tf_savedmodel/config.pbtxt").read_text()).platform
+        == "tensorflow_savedmodel"
+    )
+    assert (repo / "vocab.txt").is_file()
+
+
+def test_savedmodel_and_onnx_equal_keras(exported):
+    import onnxruntime as ort
+    import tensorflow as tf
+
+    repo, _, features, model, _ = exported
+    loaded = tf.saved_model.load(str(repo / "bert_tf_savedmodel/1/model.savedmodel"))
+    session = ort.InferenceSession(
+        str(repo / "bert_tf_onnx/1/model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    assert [i.name for i in session.get_inputs()] == list(INPUTS)
+    for rows, length in ((slice(0, 1), 64), (slice(0, 5), 40)):  # dynamic batch and sequence
+        inputs = {k: getattr(features, k)[rows, :length] for k in INPUTS}
+        keras_out = model({k: v.astype(np.int32) for k, v in inputs.items()})
+        saved = loaded.signatures["serving_default"](**{k: tf.constant(v) for k, v in inputs.items()})
+        onnx_out = dict(
+            zip(
+                ("start_logits", "end_logits"),
+                session.run(["start_logits", "end_logits"], inputs),
+                strict=True,
+            )
+        )
+        for name in ("start_logits", "end_logits"):
+            expected = np.asarray(keras_out[name])
+            assert saved[name].shape == expected.shape == (rows.stop, length)
+            np.testing.assert_allclose(saved[name].numpy(), expected, rtol=1e-4, atol=1e-4, err_msg=name)
+            np.testing.assert_allclose(onnx_out[name], expected, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_tritonserver_python_backend_answers_like_tensorflow(exported, tiny_vocab, tmp_path):
+    from zoo.squad import answer_through_triton
+    from zoo.triton import TritonServer
+    from zoo.wordpiece import load_tokenizer
+
+    repo, examples, _, _, answers = exported
+    only = tmp_path / "repo"
+    only.mkdir()
+    (only / "bert_tf_python").symlink_to(repo / "bert_tf_python", target_is_directory=True)
+    tokenizer = load_tokenizer(tiny_vocab)
+    with TritonServer(only) as server:
+        for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
+            served, latencies = answer_through_triton(
+                url, "bert_tf_python", examples, tokenizer, protocol=protocol, max_seq=64, doc_stride=24
+            )
+            assert served == answers and len(latencies) >= 2, protocol
+    assert sum(bool(a) for a in answers.values()) == len(examples)
+
+
+def test_deploy_script_answers_a_question(exported, capsys):
+    from bert_tf.deploy import main
+
+    repo, examples, _, _, answers = exported
+    example = examples[0]
+    result = main(["--model-repository", str(repo), "--question", example.question, "--context", example.context,
+                   "--max-seq", "64", "--doc-stride", "24"])  # fmt: skip
+    assert result["answers"] == {"question": answers[example.qid]}
+    line = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert line["answer"] == answers[example.qid]
+
+
+def test_export_refuses_weights_without_a_span_head(pretrained_run, tiny_vocab, tmp_path):
+    from bert_tf.export import main
+
+    with pytest.raises(SystemExit, match="has no SQuAD span head"):
+        main(["--checkpoint", str(pretrained_run[0] / "model.npz"), "--vocab", str(tiny_vocab),
+              "--model-repository", str(tmp_path), "--model", "bert-tiny"])  # fmt: skip
+    assert not list(tmp_path.iterdir())
