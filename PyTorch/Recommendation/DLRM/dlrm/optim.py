@@ -30,10 +30,12 @@ class RowWiseAdagrad(torch.optim.Optimizer):
                 state = self.state[p]["sum"]
                 if p.grad.is_sparse:
                     rows, values = _distinct_rows(p.grad)
-                    row_sum = state.index_select(0, rows).add_(values.pow(2).mean(1))
+                    # Fewest passes over the [rows, dim] values: one norm, one scaled copy, one index_add.
+                    mean_square = torch.linalg.vector_norm(values, dim=1).square_().div_(values.shape[1])
+                    row_sum = state.index_select(0, rows).add_(mean_square)
                     state.index_copy_(0, rows, row_sum)
-                    step = values / (row_sum.sqrt() + group["eps"]).unsqueeze(1)
-                    p.index_add_(0, rows, step.to(p.dtype), alpha=-group["lr"])
+                    scale = row_sum.sqrt_().add_(group["eps"]).reciprocal_().mul_(-group["lr"])
+                    p.index_add_(0, rows, (values * scale.unsqueeze(1)).to(p.dtype))
                     continue
                 grad = p.grad.float()
                 state.add_(grad.pow(2).mean(1))
