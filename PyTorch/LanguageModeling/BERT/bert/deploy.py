@@ -15,44 +15,10 @@ import json
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
-from zoo.squad import Example, best_spans, make_features, read_squad
+from zoo.squad import Example, answer_through_triton, make_features, read_squad, request_inputs
 from zoo.wordpiece import load_tokenizer
-
-
-def answer_through_triton(
-    url, model, examples, tokenizer, *, protocol="http", max_seq=384, doc_stride=128, batch=8
-):
-    """({question id: answer}, per-request latencies in ms), over one connection."""
-    from zoo.triton import TritonClient
-
-    features = make_features(examples, tokenizer, max_seq=max_seq, doc_stride=doc_stride)
-    starts, ends, latencies = [], [], []
-    with TritonClient(url, protocol) as client:
-        for inputs in request_inputs(features, batch):
-            length = inputs["input_ids"].shape[1]
-            began = time.perf_counter()
-            out = client.infer(model, inputs, ["start_logits", "end_logits"])
-            latencies.append((time.perf_counter() - began) * 1000)
-            pad = ((0, 0), (0, max_seq - length))
-            starts.append(np.pad(out["start_logits"], pad, constant_values=-1e4))
-            ends.append(np.pad(out["end_logits"], pad, constant_values=-1e4))
-    return best_spans(examples, features, np.concatenate(starts), np.concatenate(ends)), latencies
-
-
-def request_inputs(features, batch: int) -> list[dict]:
-    """The requests of ``batch`` windows each, cut to their longest window (no padding tail is sent)."""
-    requests = []
-    for first in range(0, len(features), batch):
-        sl = slice(first, first + batch)
-        length = int(features.attention_mask[sl].sum(1).max())  # dynamic sequence axis
-        requests.append(
-            {k: getattr(features, k)[sl, :length] for k in ("input_ids", "token_type_ids", "attention_mask")}
-        )
-    return requests
 
 
 def single_model_repository(repo: Path, model: str, into: Path) -> Path:
