@@ -8,6 +8,7 @@ PT_REQS := $(wildcard PyTorch/*/*/requirements.txt)
 # Packages whose declared dependencies must not be installed (a model says why in the file).
 PT_NODEPS := $(wildcard PyTorch/*/*/requirements-nodeps.txt)
 TF_REQS := $(wildcard TensorFlow/*/*/requirements.txt)
+TF_NODEPS := $(wildcard TensorFlow/*/*/requirements-nodeps.txt)
 MX_REQS := $(wildcard MXNet/*/*/requirements.txt)
 
 .PHONY: help setup setup-pytorch setup-tensorflow setup-mxnet test test-common demo lint format docker-build clean
@@ -34,10 +35,11 @@ $(VENV)/pytorch/.ready: common/envs/pytorch.txt common/pyproject.toml $(PT_REQS)
 	$(VENV)/pytorch/bin/python -m pip install -q --no-deps -e common
 	touch $@
 
-$(VENV)/tensorflow/.ready: common/envs/tensorflow.txt common/pyproject.toml $(TF_REQS)
+$(VENV)/tensorflow/.ready: common/envs/tensorflow.txt common/pyproject.toml $(TF_REQS) $(TF_NODEPS)
 	$(PYTHON) -m venv $(VENV)/tensorflow
 	$(VENV)/tensorflow/bin/python -m pip install -q --upgrade pip
 	$(VENV)/tensorflow/bin/python -m pip install -q -r common/envs/tensorflow.txt $(addprefix -r ,$(TF_REQS))
+	$(if $(TF_NODEPS),$(VENV)/tensorflow/bin/python -m pip install -q --no-deps $(addprefix -r ,$(TF_NODEPS)))
 	$(VENV)/tensorflow/bin/python -m pip install -q --no-deps -e common
 	touch $@
 

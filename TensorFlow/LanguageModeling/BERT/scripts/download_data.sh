@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Get and prepare BERT data with the sample code both BERTs share (python -m zoo.bert_data; the shards
+# are the PyTorch BERT's format). Sub-commands (each has --help); --data-dir defaults to $DATA_DIR:
+#   wikipedia --data-dir DIR [--dump FILE]   download the latest English Wikipedia dump (resumable) and
+#                                            extract it to text files (one sentence per line) in DIR/text
+#   vocab --data-dir DIR [--train TEXT...]   fetch the bert-large-uncased vocab.txt, or train a WordPiece one
+#   prepare --input TEXT... --vocab V --data-dir DIR [--max-seq 128|512] [--no-packing] [--nsp]
+#           [--masking dynamic|static]       tokenise, pack and shard samples (your own text files too)
+#   squad --data-dir DIR                     download SQuAD v1.1 train/dev JSON
+#   phase1 / phase2 --data-dir DIR           the whole chain for a phase: DIR/wikipedia, DIR/vocab, then
+#                                            DIR/phase1 or DIR/phase2 (what train.sh --data-dir reads)
+#
+# Example: scripts/download_data.sh phase1 --data-dir data/bert
+set -euo pipefail
+PY="${PYTHON:-python}"
+if [[ $# -eq 0 || "$1" == "-h" || "$1" == "--help" ]]; then
+  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  echo "usage: download_data.sh {wikipedia,vocab,prepare,squad,phase1,phase2} --data-dir DIR [options]"
+  exec "$PY" -m zoo.bert_data --help
+fi
+command=$1
+shift
+case "$command" in
+  --synthetic)
+    echo "synthetic data needs no download: scripts/train.sh --synthetic trains on random samples"
+    exit 0
+    ;;
+  phase1|phase2)
+    out=${DATA_DIR:-}
+    while [[ $# -gt 0 ]]; do
+      case "$1" in
+        --data-dir) out=$2; shift 2 ;;
+        --out) echo "error: --out was renamed: use --data-dir" >&2; exit 2 ;;
+        *) echo "error: unknown option $1 ($command takes --data-dir DIR)" >&2; exit 2 ;;
+      esac
+    done
+    [[ -n "$out" ]] || { echo "error: $command needs --data-dir DIR (or DATA_DIR)" >&2; exit 2; }
+    seq=128; [[ "$command" == phase2 ]] && seq=512
+    [[ -d "$out/wikipedia/text" ]] || "$PY" -m zoo.bert_data wikipedia --data-dir "$out/wikipedia"
+    [[ -f "$out/vocab/vocab.txt" ]] || "$PY" -m zoo.bert_data vocab --data-dir "$out/vocab"
+    exec "$PY" -m zoo.bert_data prepare --input "$out/wikipedia/text" --vocab "$out/vocab/vocab.txt" \
+      --data-dir "$out/$command" --max-seq "$seq"
+    ;;
+  *) exec "$PY" -m zoo.bert_data "$command" "$@" ;;
+esac

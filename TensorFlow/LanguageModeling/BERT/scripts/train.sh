@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# BERT pretraining (default) or SQuAD v1.1 fine-tuning, TensorFlow 2 / Keras. One process per node drives
+# every GPU of the node (MirroredStrategy); several nodes (TF_CONFIG, or srun with one task per node) use
+# MultiWorkerMirroredStrategy. --distribution horovod starts N processes under horovodrun (only where the
+# container ships Horovod, as NVIDIA's TensorFlow container does).
+set -euo pipefail
+MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:$PYTHONPATH}"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+PY="${PYTHON:-python}"
+
+usage() {
+  cat <<'USAGE'
+usage: scripts/train.sh [pretrain|squad] [--gpus N] [options of the python entry point, below]
+
+  pretrain (default)  python -m bert_tf.pretrain: --recipe, --set, --amp {bf16,fp16,fp32}, --resume
+                      {auto,PATH,none}, --target-mlm-accuracy FRACTION (MLPerf's unit, 0.720), --init-checkpoint
+  squad               python -m bert_tf.finetune_squad --do-train --do-predict: --data-dir holds
+                      train-v1.1.json and dev-v1.1.json; --vocab, --init-checkpoint, --target-f1 PERCENT (90.5)
+  --gpus N            GPUs of this node (default: $NGPU, else every visible GPU): one process drives them all
+                      (MirroredStrategy); with --distribution horovod, N processes under horovodrun
+Environment: NGPU (the same as --gpus), DATA_DIR (--data-dir), RESULTS_DIR (--results-dir), TF_CONFIG
+(several nodes), PYTHON.
+Examples:
+  scripts/train.sh --gpus 8 --recipe configs/pretrain_phase1_8gpu.yaml --data-dir data/bert/phase1 --results-dir results/phase1
+  scripts/train.sh --gpus 8 --recipe configs/pretrain_phase2_8gpu.yaml --data-dir data/bert/phase2 \
+      --results-dir results/phase2 --init-checkpoint results/phase1/model.npz --target-mlm-accuracy 0.720
+  scripts/train.sh squad --recipe configs/squad_1gpu.yaml --data-dir data/squad --vocab data/bert/vocab/vocab.txt \
+      --init-checkpoint results/phase2 --results-dir results/squad --target-f1 90.5
+
+USAGE
+}
+
+module=bert_tf.pretrain
+extra=()
+case "${1:-}" in
+  pretrain) shift ;;
+  squad) module=bert_tf.finetune_squad; extra=(--do-train --do-predict); shift ;;
+esac
+gpus="${NGPU:-}"
+horovod=0
+args=()
+while (($#)); do
+  case "$1" in
+    -h|--help)
+      usage
+      echo "=== pretrain: python -m bert_tf.pretrain ==="
+      "$PY" -m bert_tf.pretrain --help
+      echo
+      echo "=== squad: python -m bert_tf.finetune_squad ==="
+      exec "$PY" -m bert_tf.finetune_squad --help ;;
+    --gpus) [[ $# -ge 2 ]] || { echo "error: --gpus needs a number" >&2; exit 2; }; gpus="$2"; shift 2; continue ;;
+    --gpus=*) gpus="${1#--gpus=}" ;;
+    --distribution=horovod) horovod=1; args+=("$1") ;;
+    horovod) horovod=1; args+=("$1") ;;
+    *) args+=("$1") ;;
+  esac
+  shift
+done
+
+if [[ -n "$gpus" ]]; then
+  [[ "$gpus" =~ ^[1-9][0-9]*$ ]] || { echo "error: --gpus/NGPU must be a number >= 1, got '$gpus'" >&2; exit 2; }
+  if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then  # keep the devices the job was given: the first N of them
+    IFS=, read -ra visible <<< "$CUDA_VISIBLE_DEVICES"
+    ((gpus <= ${#visible[@]})) || { echo "error: --gpus $gpus but CUDA_VISIBLE_DEVICES has ${#visible[@]}" >&2; exit 2; }
+    CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${visible[*]:0:gpus}")"
+  else
+    CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((gpus - 1)))"
+  fi
+  export CUDA_VISIBLE_DEVICES
+fi
+
+if [[ "$horovod" == 1 && -z "${HOROVOD_RANK:-}${OMPI_COMM_WORLD_RANK:-}" ]]; then
+  command -v horovodrun >/dev/null || { echo "error: --distribution horovod needs horovodrun (Horovod) installed" >&2; exit 2; }
+  exec horovodrun -np "${gpus:-1}" "$PY" -m "$module" "${extra[@]}" "${args[@]}"
+fi
+exec "$PY" -m "$module" "${extra[@]}" "${args[@]}"
