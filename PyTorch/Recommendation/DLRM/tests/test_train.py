@@ -67,6 +67,26 @@ def test_plain_embedding_bags_give_the_torchrec_losses(synthetic_dir, one_proces
     assert eval_aucs(tmp_path) == pytest.approx(eval_aucs(one_process), abs=1e-4)
 
 
+def test_plain_tables_over_two_ddp_processes_give_the_one_process_losses(
+    synthetic_dir, one_process, tmp_path
+):
+    """Two processes all-reduce the fused table's gradient densely (one process keeps it sparse):
+    the same losses as the one-process TorchRec run."""
+    run_module(
+        "dlrm.train",
+        "--data-dir",
+        str(synthetic_dir),
+        "--results-dir",
+        str(tmp_path),
+        *TINY,
+        *STEPS,
+        "--set",
+        "model.embeddings=plain",
+        nproc=2,
+    )
+    assert losses(tmp_path) == pytest.approx(losses(one_process), rel=2e-4, abs=1e-5)
+
+
 def eval_aucs(results_dir) -> list:
     lines = (results_dir / "metrics.jsonl").read_text().splitlines()
     return [json.loads(x)["metrics"]["auc"] for x in lines if '"eval"' in x]
