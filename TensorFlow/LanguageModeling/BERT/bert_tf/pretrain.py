@@ -272,7 +272,14 @@ def main(argv=None) -> dict:
     from zoo.mlperf import MLPerfLogger
 
     from bert_tf import data as bert_data
-    from bert_tf.checkpoint import export_google_npz, load_weights, named_weights
+    from bert_tf.checkpoint import (
+        export_google_npz,
+        find_run_checkpoint,
+        load_google,
+        load_weights,
+        named_weights,
+        read_weights,
+    )
     from bert_tf.lamb import build_optimizer
     from bert_tf.model import bert_config, build_pretrainer, dropout_states, parameter_count
 
@@ -280,7 +287,6 @@ def main(argv=None) -> dict:
     keras.mixed_precision.set_global_policy(PRECISIONS[recipe["amp"]])
     results_dir = Path(args.results_dir)
     resume_from = checkpoint_prefix(args.resume, results_dir)
-    results_dir.mkdir(parents=True, exist_ok=True)
 
     replicas = runtime.num_replicas
     batch_size, accumulation = int(recipe["batch_size"]), int(recipe["accumulation"])
@@ -305,6 +311,11 @@ def main(argv=None) -> dict:
         eval_sets = bert_data.eval_batches(eval_data, int(recipe["eval_samples"]), batch_size)
         train_samples = len(data)
     recipe["max_seq"] = max_seq
+    # the start weights are read before anything is written: a bad --init-checkpoint leaves no trace
+    init_weights = None
+    if args.init_checkpoint and not resume_from and find_run_checkpoint(args.init_checkpoint) is None:
+        init_weights = read_weights(args.init_checkpoint)
+    results_dir.mkdir(parents=True, exist_ok=True)
     global_batch = batch_size * accumulation * replicas
     config = bert_config(recipe["model"], vocab_size=vocab_size, max_position_embeddings=max(512, max_seq))
 
@@ -338,6 +349,8 @@ def main(argv=None) -> dict:
                 f"error: cannot resume from {resume_from} (another model, --amp or optimizer?): "
                 f"{str(e).splitlines()[0][:200]}; use --resume none or another --results-dir"
             ) from None
+    elif init_weights is not None:
+        load_google(model, init_weights)
     elif args.init_checkpoint:
         load_weights(model, args.init_checkpoint)
 
