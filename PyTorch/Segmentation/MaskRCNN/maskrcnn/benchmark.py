@@ -140,6 +140,9 @@ def run(a) -> list[dict]:
             raise SystemExit(f"error: unknown model '{m}' in --models (choose from ours, torchvision)")
     results = []
     for name in names:
+        # Same initial weights for every model and run: with random weights the number of proposals
+        # that survive NMS, and so the ROI heads' work, changes from one initialisation to the next.
+        torch.manual_seed(0)
         train_step, infer_step = steps_for(*build(name, a), a, device)
         for mode in modes:
             fn = train_step if mode == "train" else infer_step
