@@ -11,6 +11,9 @@ the fused lookup is tested and benchmarked against.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,13 +32,21 @@ def table_rows_init(
     bound = num_rows**-0.5
     out = torch.empty(row_stop - row_start, dim)
     first, last = row_start // INIT_BLOCK_ROWS, (row_stop - 1) // INIT_BLOCK_ROWS
-    for block in range(first, last + 1):
+
+    def draw(block: int) -> None:
         lo = block * INIT_BLOCK_ROWS
         hi = min(lo + INIT_BLOCK_ROWS, num_rows)
         gen = torch.Generator().manual_seed(seed * 1_000_003 + table * 10_007 + block)
-        values = torch.empty(hi - lo, dim).uniform_(-bound, bound, generator=gen)
         a, b = max(lo, row_start), min(hi, row_stop)
-        out[a - row_start : b - row_start] = values[a - lo : b - lo]
+        if (a, b) == (lo, hi):
+            out[a - row_start : b - row_start].uniform_(-bound, bound, generator=gen)
+        else:
+            values = torch.empty(hi - lo, dim).uniform_(-bound, bound, generator=gen)
+            out[a - row_start : b - row_start] = values[a - lo : b - lo]
+
+    # One generator per block: blocks draw in parallel threads (a 1M-row table is 16 blocks).
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        list(pool.map(draw, range(first, last + 1)))
     return out
 
 
