@@ -1,11 +1,18 @@
-"""Phase-1 pretraining throughput: our BERT next to transformers.BertForPreTraining, same data, one process.
+"""Pretraining throughput: our recipe's training step next to transformers.BertForPreTraining, one process.
 
-Both train on the same synthetic batch (seq 128, batch 64 by default, 20 masked positions per
-sequence) with bf16 autocast and, on a GPU, torch.compile. Ours: fused QKV, SDPA, MLM head on the
-masked positions only, residual stream in bf16, CUDA graphs (compile mode reduce-overhead), LAMB in
-two Triton kernels on a GPU, bf16 parameters with fp32 master weights in LAMB (as the 1-GPU
-recipes; no gradient accumulation here). Hugging Face: SDPA attention, the MLM head over every
-token with -100 labels elsewhere (its documented usage), fused AdamW: what a user writes with it.
+"Ours" is the recipe (``--recipe``, default the 1-GPU phase-1 recipe, and ``--set`` overrides): the
+model, LAMB, precision, weights and compile mode of ``bert.step.PretrainingStep``, the step
+``pretrain.py`` trains with; every lever is a recipe key. Hugging Face's ``BertForPreTraining``
+runs as a user writes it: SDPA attention, the MLM head over every token with -100 labels elsewhere,
+fused AdamW, the recipe's autocast, ``torch.compile`` (default mode) when the recipe compiles.
+Both start from the same weights.
+
+Data: by default synthetic full-length sequences (phase 1: no padding, so packing cannot show).
+``--text DIR`` builds samples of the recipe's length with the project's own pipeline
+(``zoo.bert_data.prepare``) from real English text (default ``/usr/share/common-licenses``, on every
+Debian machine; WordPiece vocabulary trained on it): ours trains on packed samples, Hugging Face
+on the same sequences one per sample, padded; throughput counts real sequences, and the report
+gives both padding fractions.
 Needs torch, transformers, this package and zoo (scripts/benchmark.sh puts common/ on the path).
 """
 
@@ -13,30 +20,35 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
+import itertools
 import platform
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
-import torch._inductor.config
 import torch.nn.functional as F
-from zoo.bench import (
-    KERNEL_FAMILIES,
-    format_profile,
-    inductor_options,
-    measure,
-    profile_step,
-    write_report,
-)
+from zoo.bench import KERNEL_FAMILIES, format_profile, measure, profile_step, write_report
+from zoo.cli import add_run_args, recipe_from_args
+from zoo.cli import parse_args as parse_cli_args
 from zoo.torch import autocast, fast_math, parameter_groups
 
 from bert.convert import ours_to_hf
-from bert.lamb import Lamb, lamb_implementation
-from bert.model import BertForPreTraining, bert_config
+from bert.lamb import Lamb
+from bert.step import PretrainingStep, build_model, compile_mode_of
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+DEFAULT_TEXT = "/usr/share/common-licenses"
+FLAG_KEYS = {"batch_size": "batch_size", "accumulation": "accumulation", "model": "model"}
+# Kernel families of a BERT step for zoo.bench.profile_step (the LAMB kernels first).
+BERT_FAMILIES = (
+    ("optimizer (LAMB / Adam kernels)", ("_moments_kernel", "_apply_kernel", "multi_tensor_apply", "adam")),
+) + KERNEL_FAMILIES
 
 
 def synthetic_batch(batch: int, seq: int, predictions: int, vocab: int, device, seed: int = 0) -> dict:
+    """Full-length single-sequence samples with ``predictions`` [MASK]ed positions each."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab, (batch, seq), generator=g)
     positions = (
@@ -44,17 +56,79 @@ def synthetic_batch(batch: int, seq: int, predictions: int, vocab: int, device, 
         .sort(1)
         .values
     )
-    targets = torch.gather(ids, 1, positions)
-    dense_labels = torch.full((batch, seq), -100).scatter_(1, positions, targets)
-    ids = ids.scatter(1, positions, 4)  # [MASK]
+    labels = torch.gather(ids, 1, positions)
     out = dict(
-        input_ids=ids,
+        input_ids=ids.scatter(1, positions, 4),  # [MASK]
         token_type_ids=torch.zeros_like(ids),
-        positions=positions,
-        labels=targets,
-        dense_labels=dense_labels,
+        mlm_positions=positions,
+        mlm_labels=labels,
     )
-    return {k: v.to(device) for k, v in out.items()}
+    return {**{k: v.to(device) for k, v in out.items()}, "sequences": batch}
+
+
+def real_text_batches(
+    recipe: dict, text: str, vocab_size: int, count: int, device
+) -> tuple[list, list, dict]:
+    """(packed batches for ours, padded batches of the same sequences for Hugging Face, facts): samples
+    of the recipe's length built by ``zoo.bert_data.prepare`` from ``text``, ``count`` micro-batches each
+    (fewer if the text is short), on the device."""
+    from zoo.bert_data import PretrainingData, SampleSpec, prepare
+    from zoo.wordpiece import train_vocab
+
+    from bert.data import PretrainingBatches
+
+    facts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        vocab = train_vocab([text], Path(tmp) / "vocab", vocab_size=vocab_size)
+        batches = {}
+        for packing in (True, False):
+            spec = SampleSpec(
+                max_seq=recipe["max_seq"],
+                max_predictions=recipe["max_predictions"],
+                packing=packing,
+                short_seq_prob=0.0,
+            )
+            out = Path(tmp) / ("packed" if packing else "padded")
+            meta = prepare([text], vocab, out, spec, workers=1, seed=recipe["seed"])
+            name = "packed" if packing else "padded"
+            facts[name] = {
+                "samples": meta["samples"],
+                "sequences": meta["sequences"],
+                "padding_fraction": 1 - meta["tokens"] / (meta["samples"] * spec.max_seq),
+            }
+            data = PretrainingData(out, seed=recipe["seed"])
+            loader = PretrainingBatches(data, recipe["batch_size"])
+            taken = min(count, loader.steps_per_epoch)
+            batches[name] = [_to_device(loader[i], device) for i in range(taken)]
+    if facts["packed"]["sequences"] != facts["padded"]["sequences"]:
+        raise SystemExit("packed and padded samples hold different sequences: the pipeline changed")
+    facts["vocab"] = f"WordPiece trained on {text}"
+    return batches["packed"], [hf_padded(b) for b in batches["padded"]], facts
+
+
+def _to_device(batch: dict, device) -> dict:
+    moved = {k: v.to(device) for k, v in batch.items() if k != "sequences"}
+    return {**moved, "sequences": int(batch["sequences"])}
+
+
+def hf_padded(batch: dict) -> dict:
+    """One sequence per sample: attention mask from the sequence ids, labels dense over the tokens."""
+    # unused prediction slots point at position 0 ([CLS], never a target) with label -100
+    dense = torch.full_like(batch["input_ids"], -100).scatter_(1, batch["mlm_positions"], batch["mlm_labels"])
+    return {
+        "input_ids": batch["input_ids"],
+        "token_type_ids": batch["token_type_ids"],
+        "attention_mask": (batch["seq_ids"] > 0).long(),
+        "dense_labels": dense,
+        "sequences": batch["sequences"],
+    }
+
+
+def hf_dense(batch: dict) -> dict:
+    """Hugging Face's labels for a synthetic batch: -100 everywhere but the masked positions."""
+    dense = torch.full_like(batch["input_ids"], -100).scatter_(1, batch["mlm_positions"], batch["mlm_labels"])
+    return {"input_ids": batch["input_ids"], "token_type_ids": batch["token_type_ids"], "dense_labels": dense,
+            "sequences": batch["sequences"]}  # fmt: skip
 
 
 def hf_model(config, device):
@@ -75,71 +149,40 @@ def hf_model(config, device):
     return transformers.BertForPreTraining(hf_config).to(device)
 
 
-def make_step(
-    kind: str,
-    model,
-    batch: dict,
-    amp: str,
-    device_type: str,
-    compile_model: bool,
-    *,
-    optimizer_name="lamb",
-    compile_optimizer=False,
-    compile_mode=None,
-    master_weights=False,
-):
-    """A function running one optimizer step of `kind` ("ours" or "hf") on the batch; returns loss."""
-    if kind == "ours":
-        if optimizer_name.startswith("lamb"):
-            implementations = {
-                "lamb": lamb_implementation("auto", device_type),
-                "lamb-triton": "triton", "lamb-fused": "fused_adam", "lamb-foreach": "foreach",
-                "lamb-compiled": "compiled",
-            }  # fmt: skip
-            implementation = implementations[optimizer_name]
-            optimizer = Lamb(
-                parameter_groups(model, 0.01, adapt=True),
-                lr=1e-4,
-                implementation=implementation,
-                master_weights=master_weights,
-            )
-            if master_weights:  # as the recipe: masters from the fp32 weights, then the model in bf16
-                model.to(torch.bfloat16)
-        else:
-            optimizer = torch.optim.AdamW(
-                model.parameters(), lr=1e-4, weight_decay=0.01, fused=device_type == "cuda"
-            )
+def ours_step(model, recipe: dict, batches: list[dict], device):
+    """One optimizer step of the recipe's PretrainingStep over the next micro-batches of ``batches`` (cycled)."""
+    step = PretrainingStep(model, recipe, device)
+    feed = itertools.cycle(batches)
 
-        def forward():
-            mlm, _ = model(
-                batch["input_ids"],
-                batch["token_type_ids"],
-                mlm_positions=batch["positions"],
-                next_sentence=False,
-            )
-            return F.cross_entropy(mlm.flatten(0, 1).float(), batch["labels"].flatten())
-    else:
-        optimizer = torch.optim.AdamW(
-            model.parameters(), lr=1e-4, weight_decay=0.01, fused=device_type == "cuda"
+    def call():
+        return step(feed)[0]
+
+    call.optimizer, call.compile_mode = step.optimizer, step.compile_mode
+    return call
+
+
+def hf_step(model, batches: list[dict], amp: str, device, compiled: bool):
+    """One fused-AdamW step of Hugging Face's model on the next batch of ``batches`` (cycled)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=device.type == "cuda")
+    feed = itertools.cycle(batches)
+
+    def forward(batch):
+        logits = model(
+            input_ids=batch["input_ids"],
+            token_type_ids=batch["token_type_ids"],
+            attention_mask=batch.get("attention_mask"),
+        ).prediction_logits
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), batch["dense_labels"].flatten(), ignore_index=-100
         )
 
-        def forward():
-            logits = model(
-                input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"]
-            ).prediction_logits
-            return F.cross_entropy(
-                logits.flatten(0, 1).float(), batch["dense_labels"].flatten(), ignore_index=-100
-            )
-
-    forward_fn = torch.compile(forward, mode=compile_mode) if compile_model else forward
-
-    optimizer_step = torch.compile(optimizer.step) if compile_optimizer and kind == "ours" else optimizer.step
+    forward_fn = torch.compile(forward) if compiled else forward
 
     def step():
-        with autocast(device_type, amp):
-            loss = forward_fn()
+        with autocast(device, amp):
+            loss = forward_fn(next(feed))
         loss.backward()
-        optimizer_step()
+        optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss
 
@@ -156,151 +199,109 @@ def weights_label(model, optimizer) -> str:
     return f"{dtype} + fp32 masters" if masters else dtype
 
 
-def time_steps(step, *, items: int, warmup: int, iters: int, windows: int, sync) -> dict:
-    """Throughput over ``windows`` runs of ``iters`` steps after ``warmup`` steps (zoo.bench.measure:
-    the clock is read, after a sync, only at window ends, so the host may run ahead of the GPU as in
-    training). The median window is reported."""
-    summary = measure(step, items_per_call=items, warmup=warmup, iters=iters, windows=windows, sync=sync)
-    throughput = summary["throughput"]
-    return {
-        "throughput": throughput,
-        "throughput_windows": summary["window_throughputs"],
-        "step_ms": 1000 * items / throughput,
-        "steps": iters * windows,
-    }
-
-
-# Kernel families of a BERT step for zoo.bench.profile_step (the LAMB kernels first).
-BERT_FAMILIES = (
-    ("optimizer (LAMB / Adam kernels)", ("_moments_kernel", "_apply_kernel", "multi_tensor_apply", "adam")),
-) + KERNEL_FAMILIES
-SDPA_BACKENDS = ("flash", "mem_efficient", "cudnn", "math")
-
-
-def choose_sdpa(name: str | None) -> None:
-    """Leave only `name`'s scaled_dot_product_attention kernel enabled (None: PyTorch's choice)."""
-    if name is None:
-        return
-    for backend in SDPA_BACKENDS:
-        getattr(torch.backends.cuda, f"enable_{backend}_sdp")(backend == name)
-
-
-def run(args) -> list[dict]:
+def run(args, recipe: dict) -> tuple[list[dict], dict]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     fast_math(device)
-    choose_sdpa(args.sdpa)
-    if args.ours_optimizer == "lamb-triton" and device.type != "cuda" and "ours" in args.models:
-        raise SystemExit("--ours-optimizer lamb-triton needs a CUDA device (use lamb on a CPU)")
-    lamb_bf16 = args.amp == "bf16" and args.ours_optimizer.startswith("lamb")
-    if args.weights is None:  # as the 1-GPU recipes: bf16 parameters with fp32 masters in LAMB on a GPU
-        args.weights = "bf16" if device.type == "cuda" and lamb_bf16 else "fp32"
-    bf16_weights = args.weights == "bf16"
-    if bf16_weights and not lamb_bf16:
-        raise SystemExit("--weights bf16 needs --amp bf16 and a LAMB optimizer (it keeps the fp32 masters)")
-    compile_model = args.compile if args.compile is not None else device.type == "cuda"
-    # ours: CUDA graphs by default on a GPU (the recipe's lever); Hugging Face: torch.compile's default
-    ours_mode = args.compile_mode or ("reduce-overhead" if device.type == "cuda" else "default")
-    config = bert_config(args.model, vocab_size=args.vocab_size, fp32_residual=args.fp32_residual)
-    batch = synthetic_batch(args.batch_size, args.seq, args.predictions, config.vocab_size, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    inductor_patch = inductor_options(args.inductor)
+    amp, seq, batch_size = recipe["amp"], recipe["max_seq"], recipe["batch_size"]
+    if args.text:
+        ours_batches, hf_batches, facts = real_text_batches(
+            recipe, args.text, args.vocab_size, args.iters, device
+        )
+    else:
+        batch = synthetic_batch(batch_size, seq, recipe["max_predictions"], args.vocab_size, device)
+        ours_batches, hf_batches, facts = [batch], [hf_dense(batch)], {"data": "synthetic, full length"}
+    hf_compiled = compile_mode_of(recipe.get("compile")) is not None
     results = []
     for kind in args.models:
-        patch = inductor_patch if kind == "ours" else {}
-        with torch._inductor.config.patch(patch):  # ours only: the baseline keeps the defaults
-            torch.manual_seed(0)
-            ours = BertForPreTraining(config)
-            if kind == "ours":
-                model = ours.to(device)
-            else:  # same initial weights in both
-                model = hf_model(config, device)
-                missing, unexpected = model.load_state_dict(ours_to_hf(ours.state_dict()), strict=False)
-                assert not unexpected, unexpected
-            model.train()
-            step = make_step(
-                kind, model, batch, args.amp, device.type, compile_model,
-                optimizer_name=args.ours_optimizer, compile_optimizer=args.compile_optimizer,
-                compile_mode=ours_mode if kind == "ours" else "default", master_weights=bf16_weights,
-            )  # fmt: skip
-            began = time.perf_counter()
-            first_loss = float(step().detach())
-            sync()
-            first_step_s = time.perf_counter() - began
-            summary = time_steps(
-                step,
-                items=args.batch_size,
-                warmup=args.warmup,
-                iters=args.iters,
-                windows=args.windows,
-                sync=sync,
-            )
-            if args.profile:
-                print(f"profile of {kind}, per step:", flush=True)
-                print(format_profile(profile_step(step, sync, families=BERT_FAMILIES)), flush=True)
-            tables = getattr(step.optimizer, "_tables", {})
-            rebuilds = sum(t.rebuilds for t in tables.values()) if tables else None
-            peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-            results.append(
-                {
-                    "model": kind,
-                    "name": "ours (bert.model)" if kind == "ours" else "transformers.BertForPreTraining",
-                    "config": args.model,
-                    "batch": args.batch_size,
-                    "seq": args.seq,
-                    "precision": args.amp,
-                    "compile": compile_model and (ours_mode if kind == "ours" else "default"),
-                    "sdpa": args.sdpa or "auto",
-                    "fp32_residual": args.fp32_residual if kind == "ours" else True,
-                    "inductor": patch,
-                    "weights": weights_label(model, step.optimizer),
-                    "optimizer": (args.ours_optimizer if kind == "ours" else "adamw")
-                    + (" compiled" if args.compile_optimizer and kind == "ours" else ""),
-                    "first_step_s": first_step_s,
-                    "first_loss": first_loss,
-                    "sequences_per_s": summary["throughput"],
-                    "peak_memory_gib": peak,
-                    "lamb_grad_table_builds": rebuilds,
-                    **summary,
-                }
-            )
-            print(
-                f"{results[-1]['name']:<34} {summary['throughput']:10.1f} seq/s  (first loss {first_loss:.3f})",
-                flush=True,
-            )
-        del model, ours, step
+        model = build_model(recipe, args.vocab_size, nsp=False).to(device)
+        if kind == "ours":
+            timed_model, call = model, ours_step(model, recipe, ours_batches, device)
+            batches, calls_per_batch = ours_batches, recipe["accumulation"]
+        else:  # the same initial weights
+            timed_model = hf_model(model.config, device)
+            missing, unexpected = timed_model.load_state_dict(ours_to_hf(model.state_dict()), strict=False)
+            assert not unexpected, unexpected
+            del model
+            timed_model.train()
+            call = hf_step(timed_model, hf_batches, amp, device, hf_compiled)
+            batches, calls_per_batch = hf_batches, 1
+        optimizer = call.optimizer
+        # a call takes `calls_per_batch` batches of the cycle: with as many batches as steps in a window
+        # (real text), every window counts the same sequences
+        mean_sequences = sum(b["sequences"] for b in batches) / len(batches)
+        began = time.perf_counter()
+        first_loss = float(call().detach())
+        sync()
+        first_step_s = time.perf_counter() - began
+        summary = measure(
+            call,
+            items_per_call=mean_sequences * calls_per_batch,
+            warmup=args.warmup,
+            iters=args.iters,
+            windows=args.windows,
+            sync=sync,
+        )
+        if args.profile:
+            print(f"profile of {kind}, per step:", flush=True)
+            print(format_profile(profile_step(call, sync, families=BERT_FAMILIES)), flush=True)
+        peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        results.append(
+            {
+                "model": kind,
+                "name": "ours (recipe step)" if kind == "ours" else "transformers.BertForPreTraining",
+                "data": "packed"
+                if kind == "ours" and args.text
+                else ("padded" if args.text else "synthetic"),
+                "config": recipe["model"],
+                "batch": batch_size,
+                "seq": seq,
+                "precision": amp,
+                "accumulation": calls_per_batch if kind == "ours" else 1,
+                "compile": call.compile_mode if kind == "ours" else ("default" if hf_compiled else None),
+                "weights": weights_label(timed_model, optimizer),
+                "optimizer": f"lamb ({recipe['optimizer'].get('implementation', 'auto')})"
+                if kind == "ours"
+                else "adamw fused",
+                "first_step_s": first_step_s,
+                "first_loss": first_loss,
+                "sequences_per_s": summary["throughput"],
+                "sequences_per_s_windows": summary["window_throughputs"],
+                "peak_memory_gib": peak,
+            }
+        )
+        print(
+            f"{results[-1]['name']:<34} {summary['throughput']:10.1f} seq/s  (first loss {first_loss:.3f})",
+            flush=True,
+        )
+        del timed_model, call, optimizer
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-    return results
+    return results, facts
 
 
-def optimizer_only(args) -> list[dict]:
-    """Time optimizer steps alone on the model's parameters with random gradients: the device time
-    (synchronised) and the host time to issue the step (not synchronised)."""
+def optimizer_only(args, recipe: dict) -> list[dict]:
+    """Time LAMB implementations' steps alone on the recipe model's parameters with random gradients:
+    the device time (synchronised) and the host time to issue the step (not synchronised)."""
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    model = BertForPreTraining(bert_config(args.model, vocab_size=args.vocab_size)).to(device)
+    model = build_model(recipe, args.vocab_size, nsp=True).to(device)
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
+    groups = parameter_groups(model, 0.01, adapt=True)
     variants = {
-        "lamb-triton": lambda: Lamb(
-            parameter_groups(model, 0.01, adapt=True), lr=1e-4, implementation="triton"
-        ),
-        "lamb-foreach": lambda: Lamb(parameter_groups(model, 0.01, adapt=True), lr=1e-4),
-        "lamb-fused": lambda: Lamb(
-            parameter_groups(model, 0.01, adapt=True), lr=1e-4, implementation="fused_adam"
-        ),
-        "lamb-compiled": lambda: Lamb(
-            parameter_groups(model, 0.01, adapt=True), lr=1e-4, implementation="compiled"
-        ),
+        "lamb-triton": lambda: Lamb(groups, lr=1e-4, implementation="triton"),
+        "lamb-foreach": lambda: Lamb(groups, lr=1e-4),
+        "lamb-fused": lambda: Lamb(groups, lr=1e-4, implementation="fused_adam"),
         "adamw-fused": lambda: torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda"),
     }
-    results = []
     chosen = args.optimizers.split(",") if args.optimizers else list(variants)
     unknown = sorted(set(chosen) - set(variants))
     if unknown:
-        raise SystemExit(f"--optimizers: unknown {unknown}; known: {', '.join(variants)}")
+        raise SystemExit(f"error: --optimizers: unknown {unknown}; known: {', '.join(variants)}")
+    results = []
     for name in chosen:
         optimizer = variants[name]()
         timed = measure(optimizer.step, items_per_call=1, warmup=args.warmup, iters=args.iters, sync=sync)
@@ -314,97 +315,80 @@ def optimizer_only(args) -> list[dict]:
             }
         )
         print(
-            f"{name:<14} {results[-1]['step_ms']:7.2f} ms/step on the device, {results[-1]['host_issue_ms']:7.2f} ms to issue",
+            f"{name:<14} {results[-1]['step_ms']:7.2f} ms/step on the device, "
+            f"{results[-1]['host_issue_ms']:7.2f} ms to issue",
             flush=True,
         )
     return results
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bert.benchmark", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="bert-large", help="bert-large, bert-base, bert-tiny")
-    p.add_argument("--tiny", action="store_true", help="bert-tiny, batch 8, few steps: a CPU smoke run")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--predictions", type=int, default=20, help="masked positions per sequence")
-    p.add_argument("--vocab-size", type=int, default=30522)
-    p.add_argument("--amp", choices=["bf16", "fp16", "fp32"], default="bf16")
+    add_run_args(p, default_recipe=CONFIG_DIR / "pretrain_phase1_1gpu.yaml", data_dir=False, resume=False)
     p.add_argument(
-        "--compile", action=argparse.BooleanOptionalAction, default=None, help="default: on for CUDA"
+        "--model", help="ours and Hugging Face: bert-large, bert-base, bert-tiny (recipe key model)"
     )
+    p.add_argument("--batch-size", type=int, help="samples per micro-batch (recipe key batch_size)")
     p.add_argument(
-        "--ours-optimizer", default="lamb",
-        choices=["lamb", "lamb-triton", "lamb-fused", "lamb-foreach", "lamb-compiled", "adamw"],
-        help="ours: LAMB (default: the Triton kernels on a GPU, foreach ops on a CPU), LAMB on the fused Adam "
-        "kernel, with foreach ops, compiled per tensor, or fused AdamW",
+        "--accumulation", type=int, default=1,
+        help="ours: micro-batches per timed optimizer step (recipe key accumulation; default 1, a LAMB step "
+        "after every micro-batch, the least favourable case for ours: the 1-GPU recipe's 1,024 would make "
+        "one timed step last a minute)",
     )  # fmt: skip
     p.add_argument(
-        "--compile-mode",
-        help="ours: torch.compile mode (default: reduce-overhead = CUDA graphs on a GPU, "
-        "default on a CPU); Hugging Face always runs in the default mode",
-    )
-    p.add_argument(
-        "--sdpa", choices=SDPA_BACKENDS, help="force one attention kernel (default: PyTorch's choice)"
-    )
-    p.add_argument(
-        "--fp32-residual", action="store_true", help="ours: keep the residual stream in fp32 under autocast"
-    )
-    p.add_argument(
-        "--weights",
-        choices=["fp32", "bf16"],
-        help="ours: parameters in fp32 under autocast, or in bf16 with fp32 master weights in LAMB (no "
-        "per-step weight casts); default bf16 on a GPU with --amp bf16 and LAMB (as the 1-GPU recipes), else fp32",
-    )
-    p.add_argument(
-        "--bf16-weights", dest="weights", action="store_const", const="bf16", help="--weights bf16"
-    )
-    p.add_argument(
-        "--fp32-weights", dest="weights", action="store_const", const="fp32", help="--weights fp32"
-    )
-    p.add_argument(
-        "--inductor", action="append", default=[], metavar="KEY=VALUE",
-        help="ours: a torch._inductor.config setting while it compiles and runs, e.g. "
-        "triton.mix_order_reduction_split_size=64 (repeatable)",
+        "--text", nargs="?", const=DEFAULT_TEXT, default=None, metavar="DIR",
+        help=f"real text instead of synthetic data: packed (ours) vs padded (Hugging Face) samples of the "
+        f"recipe's length from DIR (default {DEFAULT_TEXT}); e.g. with --recipe configs/pretrain_phase2_1gpu.yaml",
     )  # fmt: skip
-    p.add_argument(
-        "--profile", action="store_true", help="print device time per kernel family of each model's step"
-    )
-    p.add_argument("--compile-optimizer", action="store_true", help="ours: torch.compile the optimizer step")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--iters", type=int, default=50, help="steps in each timed window")
-    p.add_argument("--windows", type=int, default=3, help="timed windows; the median is reported")
+    p.add_argument("--vocab-size", type=int, default=30522, help="embedding rows of both models")
     p.add_argument("--models", nargs="+", choices=["ours", "hf"], default=["ours", "hf"])
-    p.add_argument("--device", default=None)
-    p.add_argument("--output", default="results/benchmark.json", help="JSON report")
-    p.add_argument("--optimizer-only", action="store_true", help="time the optimizer variants' steps alone")
     p.add_argument(
-        "--optimizers", help="with --optimizer-only: comma-separated subset of "
-        "lamb-triton,lamb-foreach,lamb-fused,lamb-compiled,adamw-fused",
-    )  # fmt: skip
-    args = p.parse_args(argv)
-    if args.tiny:
-        args.model, args.batch_size, args.warmup, args.iters, args.windows = "bert-tiny", 8, 2, 5, 2
-        args.vocab_size = min(args.vocab_size, 2000)
+        "--warmup", type=int, default=10, help="steps before timing (after the first, compiling one)"
+    )
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=50,
+        help="optimizer steps in each timed window (--text: also the batches built)",
+    )
+    p.add_argument("--windows", type=int, default=3, help="timed windows; the median is reported")
+    p.add_argument("--profile", action="store_true", help="print device time per kernel family of each step")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if present)")
+    p.add_argument("--output", default="results/benchmark.json", help="JSON report")
+    p.add_argument("--optimizer-only", action="store_true", help="time LAMB implementations' steps alone")
+    p.add_argument(
+        "--optimizers",
+        help="with --optimizer-only: a subset of lamb-triton,lamb-foreach,lamb-fused,adamw-fused",
+    )
+    return parse_cli_args(p, argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    recipe = recipe_from_args(args, FLAG_KEYS)
     if args.optimizer_only:
-        print(json.dumps(optimizer_only(args)))
+        write_report(args.output, optimizer_only(args, recipe), command=" ".join(sys.argv))
         return
-    results = run(args)
+    results, facts = run(args, recipe)
     ratio = None
     by_kind = {r["model"]: r["sequences_per_s"] for r in results}
     if len(by_kind) == 2:
         ratio = by_kind["ours"] / by_kind["hf"]
-        print(f"ours / transformers: {ratio:.3f}x", flush=True)
+        print(f"ours / transformers: {ratio:.3f}x (real sequences per second)", flush=True)
+    if args.text:
+        print(
+            f"padding: {facts['packed']['padding_fraction']:.1%} of tokens packed, "
+            f"{facts['padded']['padding_fraction']:.1%} one sequence per sample "
+            f"({facts['packed']['sequences']} sequences in {facts['packed']['samples']} packed samples)",
+            flush=True,
+        )
     device = (
         torch.cuda.get_device_name()
         if torch.cuda.is_available() and args.device != "cpu"
         else platform.processor() or "cpu"
     )
-    meta = {
-        "device": device,
-        "torch": torch.__version__,
-        "command": " ".join(sys.argv),
-        "ratio_ours_over_hf": ratio,
-    }
+    meta = {"device": device, "torch": torch.__version__, "command": " ".join(sys.argv), "recipe": args.recipe,
+            "overrides": args.set, "data": facts, "ratio_ours_over_hf": ratio}  # fmt: skip
     try:
         import transformers
 

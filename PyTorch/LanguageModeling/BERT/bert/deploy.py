@@ -17,8 +17,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-from zoo.squad import Example, answer_through_triton, make_features, read_squad, request_inputs
+from zoo.squad import Example, answer_through_triton, load_squad_json, make_features, request_inputs
 from zoo.wordpiece import load_tokenizer
+
+
+def questions_of(path) -> list[Example]:
+    """The questions of a SQuAD-format JSON file; answers are not needed to ask them (unlike training
+    and scoring, which read the file with zoo.squad.read_squad and its answer checks)."""
+    raw = load_squad_json(path)
+    try:
+        return [
+            Example(qa["id"], qa["question"], paragraph["context"])
+            for article in raw
+            for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]
+        ]
+    except (KeyError, TypeError) as e:
+        raise SystemExit(f"error: {path} is not a SQuAD file: a question lacks {e}") from None
 
 
 def single_model_repository(repo: Path, model: str, into: Path) -> Path:
@@ -51,7 +66,7 @@ def main(argv=None) -> None:
     vocab = Path(args.vocab) if args.vocab else repo / "vocab.txt"
     tokenizer = load_tokenizer(vocab)
     if args.squad_file:
-        examples = read_squad(args.squad_file)[0][: args.limit]
+        examples = questions_of(args.squad_file)[: args.limit]
     elif args.question and args.context:
         examples = [Example("question", args.question, args.context)]
     else:

@@ -1,12 +1,16 @@
-"""Export the SQuAD model to ONNX (dynamic batch and sequence axes) and write a Triton model repository:
+"""Export the SQuAD inference model (``bert.inference.inference_model``, weights in ``--amp``, fp32 by
+default) to ONNX and TorchScript, and write a Triton model repository:
 
-<repo>/bert_squad_onnx/    onnxruntime backend (Triton's GPU/CPU onnxruntime)
-<repo>/bert_squad_python/  python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
-                           over the same ONNX file; it answers a request whose token ids lie outside
-                           the vocabulary (or type ids, mask values outside theirs) with an error of
-                           its own, and the requests batched with it as usual
-Inputs input_ids, token_type_ids, attention_mask: INT64 [batch, sequence]; outputs start_logits,
-end_logits: FP32 [batch, sequence].
+<repo>/bert_squad_onnx/      onnxruntime backend (Triton's GPU/CPU onnxruntime), model.onnx
+<repo>/bert_squad_libtorch/  pytorch backend (libtorch), model.pt: the same model traced as TorchScript
+<repo>/bert_squad_python/    python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+                             over the same ONNX file; it answers a request whose token ids lie outside
+                             the vocabulary (or type ids, mask values outside theirs) with an error of
+                             its own, and the requests batched with it as usual
+Inputs input_ids, token_type_ids, attention_mask: INT64 [batch, sequence] (libtorch: INPUT__0..2);
+outputs start_logits, end_logits: FP32 [batch, sequence] (libtorch: OUTPUT__0..1), whatever the
+precision inside; each config.pbtxt records it as its ``precision`` parameter. onnxruntime has no
+bf16 kernels for BERT's matmuls: ``--amp bf16`` writes the libtorch model only.
 """
 
 from __future__ import annotations
@@ -17,23 +21,31 @@ import tempfile
 from pathlib import Path
 
 import torch
+from zoo.cli import AMP_CHOICES
 
-from bert.model import BertConfig, BertForQuestionAnswering, bert_config
+from bert.inference import inference_model, load_squad_model
+from bert.model import BertForQuestionAnswering
 
 INPUT_NAMES = ["input_ids", "token_type_ids", "attention_mask"]
 OUTPUT_NAMES = ["start_logits", "end_logits"]
+LIBTORCH_INPUTS = ["INPUT__0", "INPUT__1", "INPUT__2"]  # the pytorch backend's positional names
+LIBTORCH_OUTPUTS = ["OUTPUT__0", "OUTPUT__1"]
 
 
-def export_onnx(model: BertForQuestionAnswering, path: str | Path, *, seq: int = 32) -> Path:
-    """ONNX file with dynamic batch and sequence axes, checked by onnx.checker."""
-    import onnx
-
-    model = model.eval().float().cpu()
-    example = (
+def example_inputs(seq: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Two windows of ``seq`` tokens: ids, type ids, attention mask (int64)."""
+    return (
         torch.ones(2, seq, dtype=torch.long),
         torch.zeros(2, seq, dtype=torch.long),
         torch.ones(2, seq, dtype=torch.long),
     )
+
+
+def export_onnx(model: BertForQuestionAnswering, path: str | Path, *, seq: int = 32) -> Path:
+    """``model`` (the inference model, on the CPU) as ONNX with dynamic batch and sequence axes, checked
+    by onnx.checker."""
+    import onnx
+
     batch, length = (
         torch.export.Dim("batch", max=4096),
         torch.export.Dim("sequence", max=model.config.max_position_embeddings),
@@ -44,7 +56,7 @@ def export_onnx(model: BertForQuestionAnswering, path: str | Path, *, seq: int =
     tmp = path.with_name(path.name + ".tmp.onnx")
     program = torch.onnx.export(
         model,
-        example,
+        example_inputs(seq),
         input_names=INPUT_NAMES,
         output_names=OUTPUT_NAMES,
         dynamic_shapes=shapes,
@@ -57,74 +69,80 @@ def export_onnx(model: BertForQuestionAnswering, path: str | Path, *, seq: int =
     return path
 
 
+def export_torchscript(model: BertForQuestionAnswering, path: str | Path, *, seq: int = 32) -> Path:
+    """``model`` (the inference model, on the CPU) traced as TorchScript; batch and sequence stay
+    dynamic (the model reads them from its inputs' shapes)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, example_inputs(seq), check_trace=False)
+    tmp = path.with_name(path.name + ".tmp.pt")
+    traced.save(str(tmp))
+    tmp.replace(path)
+    return path
+
+
 def write_repository(
     repo: str | Path,
-    onnx_path: str | Path,
+    onnx_path: str | Path | None,
     *,
     vocab_size: int,
     type_vocab_size: int = 2,
     max_batch_size: int = 16,
     instance_kind: str = "KIND_GPU",
+    torchscript_path: str | Path | None = None,
+    amp: str = "fp32",
 ) -> list[Path]:
-    """The two Triton models (onnxruntime and python backends) over one ONNX file.
+    """The Triton models over the exported files: onnxruntime and python backends over ``onnx_path``,
+    libtorch over ``torchscript_path`` (each written when its file is given).
 
-    ``vocab_size`` and ``type_vocab_size`` (the model's) bound the ids the python model accepts.
+    ``vocab_size`` and ``type_vocab_size`` (the model's) bound the ids the python model accepts;
+    ``amp`` (the weights' precision) is recorded in each config.pbtxt.
     """
     from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
-    inputs = [TensorSpec(name, "INT64", [-1]) for name in INPUT_NAMES]
-    outputs = [TensorSpec(name, "FP32", [-1]) for name in OUTPUT_NAMES]
     batching = {
         "preferred_batch_size": [max(1, max_batch_size // 2), max_batch_size],
         "max_queue_delay_microseconds": 200,
     }
-    onnx_model = model_config(
-        "bert_squad_onnx", backend="onnxruntime", max_batch_size=max_batch_size, inputs=inputs, outputs=outputs,
-        instance_kind=instance_kind, dynamic_batching=batching,
-    )  # fmt: skip
-    value_ranges = {
-        "min_value:input_ids": 0, "max_value:input_ids": vocab_size - 1,
-        "min_value:token_type_ids": 0, "max_value:token_type_ids": type_vocab_size - 1,
-        "min_value:attention_mask": 0, "max_value:attention_mask": 1,
-    }  # fmt: skip
-    python_model = model_config(
-        "bert_squad_python", backend="python", max_batch_size=max_batch_size, inputs=inputs, outputs=outputs,
-        instance_kind="KIND_CPU", dynamic_batching=batching, parameters=value_ranges,
-    )  # fmt: skip
-    return [
-        write_model(repo, onnx_model, {"model.onnx": Path(onnx_path)}),
-        write_model(repo, python_model, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": Path(onnx_path)}),
-    ]
 
+    def config(name, input_names, output_names, *, parameters, **kwargs):
+        return model_config(
+            name,
+            max_batch_size=max_batch_size,
+            inputs=[TensorSpec(n, "INT64", [-1]) for n in input_names],
+            outputs=[TensorSpec(n, "FP32", [-1]) for n in output_names],
+            dynamic_batching=batching,
+            parameters={**parameters, "precision": amp},
+            **kwargs,
+        )
 
-def load_squad_model(
-    checkpoint: str | Path, model_name: str | None, vocab_size: int | None
-) -> BertForQuestionAnswering:
-    """A fine-tuned SQuAD model from our squad_model.pt (carries its config), or any layout + --model."""
-    from zoo.checkpoints import CheckpointError
-
-    from bert import convert
-
-    checkpoint = Path(checkpoint)
-    if not checkpoint.exists():
-        raise SystemExit(f"checkpoint {checkpoint} does not exist")
-    config = None
-    try:
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
-        if isinstance(saved, dict) and isinstance(saved.get("config"), dict):
-            config = BertConfig.from_dict(saved["config"])
-    except Exception:
-        saved = None
-    if config is None:
-        if not (model_name and vocab_size):
-            raise SystemExit(f"{checkpoint} carries no config: give --model and --vocab")
-        config = bert_config(model_name, vocab_size=vocab_size)
-    model = BertForQuestionAnswering(config)
-    try:
-        convert.load_into(model, checkpoint, strict_heads=True)
-    except CheckpointError as e:
-        raise SystemExit(f"{checkpoint}: {e}") from None
-    return model.eval()
+    written = []
+    if onnx_path is not None:
+        value_ranges = {
+            "min_value:input_ids": 0, "max_value:input_ids": vocab_size - 1,
+            "min_value:token_type_ids": 0, "max_value:token_type_ids": type_vocab_size - 1,
+            "min_value:attention_mask": 0, "max_value:attention_mask": 1,
+        }  # fmt: skip
+        onnx_model = config(
+            "bert_squad_onnx", INPUT_NAMES, OUTPUT_NAMES, backend="onnxruntime", instance_kind=instance_kind,
+            parameters={},
+        )  # fmt: skip
+        python_model = config(
+            "bert_squad_python", INPUT_NAMES, OUTPUT_NAMES, backend="python", instance_kind="KIND_CPU",
+            parameters=value_ranges,
+        )  # fmt: skip
+        written.append(write_model(repo, onnx_model, {"model.onnx": Path(onnx_path)}))
+        written.append(
+            write_model(repo, python_model, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": Path(onnx_path)})
+        )
+    if torchscript_path is not None:
+        libtorch_model = config(
+            "bert_squad_libtorch", LIBTORCH_INPUTS, LIBTORCH_OUTPUTS, platform="pytorch_libtorch",
+            instance_kind=instance_kind, parameters={},
+        )  # fmt: skip
+        written.append(write_model(repo, libtorch_model, {"model.pt": Path(torchscript_path)}))
+    return written
 
 
 def main(argv=None) -> None:
@@ -141,6 +159,10 @@ def main(argv=None) -> None:
     p.add_argument("--model-repository", default="results/triton_repository")
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument("--instance-kind", choices=["KIND_GPU", "KIND_CPU"], default="KIND_GPU")
+    p.add_argument(
+        "--amp", choices=AMP_CHOICES, default="fp32",
+        help="precision of the exported weights (inputs int64, outputs fp32 either way); bf16: libtorch only",
+    )  # fmt: skip
     args = p.parse_args(argv)
     vocab_size = None
     if args.vocab:
@@ -148,20 +170,23 @@ def main(argv=None) -> None:
 
         vocab_size = load_tokenizer(args.vocab).get_vocab_size()
     model = load_squad_model(args.checkpoint, args.model, vocab_size)
+    served = inference_model(model, amp=args.amp, device="cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        onnx_path = export_onnx(model, Path(tmp) / "model.onnx")
+        onnx_path = export_onnx(served, Path(tmp) / "model.onnx") if args.amp != "bf16" else None
         written = write_repository(
             args.model_repository,
             onnx_path,
-            vocab_size=model.config.vocab_size,
-            type_vocab_size=model.config.type_vocab_size,
+            vocab_size=served.config.vocab_size,
+            type_vocab_size=served.config.type_vocab_size,
             max_batch_size=args.max_batch_size,
             instance_kind=args.instance_kind,
+            torchscript_path=export_torchscript(served, Path(tmp) / "model.pt"),
+            amp=args.amp,
         )
         if args.vocab:
             shutil.copy(args.vocab, Path(args.model_repository) / "vocab.txt")
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {path} ({args.amp} weights)")
 
 
 if __name__ == "__main__":

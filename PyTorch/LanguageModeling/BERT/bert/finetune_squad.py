@@ -38,6 +38,7 @@ from zoo.torch import (
 from zoo.wordpiece import load_tokenizer
 
 from bert import convert
+from bert.inference import inference_model
 from bert.lamb import warmup_poly_schedule
 from bert.model import BertConfig, BertForQuestionAnswering, bert_config
 
@@ -192,8 +193,10 @@ def train(model, features, recipe, args, env, device, log, end_of_epoch=None) ->
 
 @torch.no_grad()
 def predict(model, features, device, amp: str, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end logits of every window, with a progress line (windows done/total, windows/s)."""
-    model.eval()
+    """Start and end logits of every window from the inference model of ``model`` (bert.inference: a
+    copy with its weights in ``amp``, what export writes and Triton serves), with a progress line
+    (windows done/total, windows/s)."""
+    served = inference_model(model, amp=amp, device=device)
     batches = range(0, len(features), batch_size)
     progress = MetricsLogger(None, total_steps=len(batches), desc="predict")
     starts, ends = [], []
@@ -203,12 +206,12 @@ def predict(model, features, device, amp: str, batch_size: int = 64) -> tuple[np
             torch.from_numpy(getattr(features, k)[sl]).to(device)
             for k in ("input_ids", "token_type_ids", "attention_mask")
         ]
-        with autocast(device, amp):
-            s, e = model(*inputs)
+        s, e = served(*inputs)
         starts.append(s.float().cpu().numpy())
         ends.append(e.float().cpu().numpy())
         progress.progress(index, len(inputs[0]))
     progress.close()
+    del served
     return np.concatenate(starts), np.concatenate(ends)
 
 

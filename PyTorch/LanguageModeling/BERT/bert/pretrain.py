@@ -12,8 +12,8 @@ MLPerf event sequence (benchmark "bert", zoo.mlperf).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
+import statistics
 import time
 from pathlib import Path
 
@@ -28,12 +28,8 @@ from zoo.torch import (
     autocast,
     check_replicas_agree,
     close_distributed,
-    distributed_model,
     fast_math,
-    grad_scaler,
     init_distributed,
-    parameter_groups,
-    seed_everything,
 )
 
 from bert import convert
@@ -45,8 +41,9 @@ from bert.data import (
     SyntheticBatches,
     collate,
 )
-from bert.lamb import Lamb, lamb_implementation, warmup_poly_schedule
-from bert.model import BertForPreTraining, bert_config, parameter_count, pretraining_loss
+from bert.lamb import lamb_implementation
+from bert.model import BertForPreTraining, bert_config, parameter_count
+from bert.step import PretrainingStep, build_model, compile_mode_of
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -233,18 +230,6 @@ def mlm_accuracy(model, batches: list[dict], device, amp: str, env) -> float:
     return float(counts[0] / counts[1].clamp(min=1))
 
 
-def build_model(recipe: dict, vocab_size: int, nsp: bool, init_state: dict | None) -> BertForPreTraining:
-    """The recipe's model, seeded; ``init_state`` (our names, from :func:`read_start_weights`) loaded."""
-    seed_everything(recipe["seed"])
-    model = BertForPreTraining(bert_config(recipe["model"], vocab_size=vocab_size))
-    if init_state is not None:
-        convert.load_into(model, init_state)
-    if not nsp:  # no next-sentence labels: keep the pooler/NSP weights as they are, out of the optimizer
-        model.bert.pooler.requires_grad_(False)
-        model.nsp.requires_grad_(False)
-    return model
-
-
 def read_start_weights(
     recipe: dict, vocab_size: int, init_checkpoint, resume_from
 ) -> tuple[dict | None, dict | None]:
@@ -285,22 +270,6 @@ def read_start_weights(
     return init_state, resumed
 
 
-def weights_of(recipe: dict, amp: str, env) -> bool:
-    """The recipe's `weights`: fp32 (default) or bf16 (bf16 parameters, fp32 master weights and fp32
-    gradient sums in LAMB); True for bf16. bf16 needs bf16 autocast; several processes use fp32
-    (DDP would all-reduce bf16 gradients of the last micro-step only) with a notice."""
-    value = recipe.get("weights", "fp32")
-    if value not in ("fp32", "bf16"):
-        raise SystemExit(f"weights: {value!r} is not fp32 or bf16")
-    if value == "bf16" and amp != "bf16":
-        raise SystemExit(f"weights: bf16 needs amp: bf16 (the recipe has amp: {amp})")
-    if value == "bf16" and env.world_size > 1:
-        if env.is_primary:
-            print("weights: bf16 is for one process; using fp32 weights")
-        return False
-    return value == "bf16"
-
-
 def full_precision_state(model, optimizer) -> dict:
     """The model's state dict in fp32: each trained parameter's fp32 master where the optimizer
     keeps one (weights: bf16), every other floating-point tensor converted."""
@@ -314,28 +283,19 @@ def full_precision_state(model, optimizer) -> dict:
     return state
 
 
-def save_checkpoint(path: Path, model, optimizer, schedule, scaler, step: int, recipe: dict) -> None:
+def save_checkpoint(path: Path, step: PretrainingStep) -> None:
+    """checkpoint.pt: fp32 weights, LAMB, schedule and scaler state at ``step.step_count`` (atomic)."""
     state = {
-        "model": full_precision_state(model, optimizer),
-        "config": dataclasses.asdict(model.config),
-        "optimizer": optimizer.state_dict(),
-        "schedule": schedule.state_dict(),
-        "scaler": scaler.state_dict(),
-        "step": step,
-        "recipe": recipe,
+        "model": full_precision_state(step.model, step.optimizer),
+        "config": dataclasses.asdict(step.model.config),
+        "optimizer": step.optimizer.state_dict(),
+        "schedule": step.schedule.state_dict(),
+        "scaler": step.scaler.state_dict(),
+        "step": step.step_count,
+        "recipe": step.recipe,
     }
     with atomic_write(path) as tmp:
         torch.save(state, tmp)
-
-
-def load_checkpoint(state: dict, model, optimizer, schedule, scaler) -> int:
-    """Restore a checkpoint read by :func:`read_start_weights`; returns its step."""
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    if state.get("scaler"):  # saved by an fp16 run
-        scaler.load_state_dict(state["scaler"])
-    return int(state["step"])
 
 
 def micro_batches(dataset, start: int, count: int, workers: int, pin: bool):
@@ -350,31 +310,6 @@ def micro_batches(dataset, start: int, count: int, workers: int, pin: bool):
         persistent_workers=False,
     )
     return iter(loader)
-
-
-def compile_mode_of(value) -> str | None:
-    """The recipe's `compile`: false/None (eager), true (default mode) or a torch.compile mode name."""
-    if value in (None, False):
-        return None
-    if value is True:
-        return "default"
-    modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-    if value not in modes:
-        raise SystemExit(f"compile: {value!r} is not true, false or one of {', '.join(modes)}")
-    return value
-
-
-def forward_loss(model, batch: dict, device, amp: str, nsp: bool):
-    with autocast(device, amp):
-        mlm_logits, nsp_logits = model(
-            batch["input_ids"],
-            batch["token_type_ids"],
-            seq_ids=batch.get("seq_ids"),
-            mlm_positions=batch["mlm_positions"],
-            cls_positions=batch.get("cls_positions"),
-            next_sentence=nsp,
-        )
-    return pretraining_loss(mlm_logits, batch["mlm_labels"], nsp_logits, batch.get("nsp_labels"))
 
 
 def steps_to_next_eval(step: int, eval_every: int, end: int, eval_batches) -> int:
@@ -435,55 +370,18 @@ def train(
     resumed,
     mlperf,
 ) -> BertForPreTraining:
-    """Build the model (from ``init_state``) and LAMB, continue the ``resumed`` checkpoint if given, and train to the recipe's last step,
-    the target MLM accuracy or ``--stop-after``; writes checkpoint.pt, model.pt and the logs."""
+    """Build the model (from ``init_state``) and its training step, continue the ``resumed`` checkpoint
+    if given, and train to the recipe's last step, the target MLM accuracy or ``--stop-after``; writes
+    checkpoint.pt, model.pt and the logs."""
     target = recipe.get("target_mlm_accuracy")
     model = build_model(recipe, vocab_size, spec.nsp, init_state).to(device)
-
-    amp = recipe["amp"]
-    bf16_weights = weights_of(recipe, amp, env)
-    opt_cfg = recipe["optimizer"]
-    optimizer = Lamb(
-        parameter_groups(model, opt_cfg["weight_decay"], adapt=True),  # LAMB: no trust ratio undecayed
-        lr=opt_cfg["lr"],
-        betas=tuple(opt_cfg.get("betas", (0.9, 0.999))),
-        eps=opt_cfg.get("eps", 1e-6),
-        max_grad_norm=opt_cfg.get("max_grad_norm", 1.0),
-        implementation=lamb_implementation(opt_cfg.get("implementation", "auto"), device),
-        master_weights=bf16_weights,  # taken from the fp32 model, before it is converted below
+    step_fn = PretrainingStep(
+        model, recipe, device, nsp=spec.nsp, rank=env.rank, world_size=env.world_size, resume_state=resumed
     )
+    step = step_fn.step_count
     total_steps = recipe["steps"]
-    schedule = warmup_poly_schedule(
-        optimizer,
-        total_steps=total_steps,
-        warmup=recipe["schedule"]["warmup"],
-        power=recipe["schedule"]["decay_power"],
-    )
-    scaler = grad_scaler(device, amp)
-
-    step = 0
-    if resumed is not None:
-        step = load_checkpoint(resumed, model, optimizer, schedule, scaler)
     results = Path(args.results_dir)
     checkpoint_path = results / CHECKPOINT_NAME
-    if bf16_weights:
-        model.to(torch.bfloat16)
-
-    train_model = model
-    if env.world_size > 1:  # no static graph: DDP's static-graph mode breaks under no_sync accumulation
-        train_model = distributed_model(model, device, static_graph=False)
-    compile_mode = compile_mode_of(recipe.get("compile"))
-    if compile_mode == "reduce-overhead" and (env.world_size > 1 or device.type != "cuda"):
-        if env.is_primary:
-            print("compile: reduce-overhead (CUDA graphs) is for one CUDA process; using the default mode")
-        compile_mode = "default"
-    if compile_mode:
-        train_model = torch.compile(train_model, mode=compile_mode)
-    # With CUDA graphs the backward graph's outputs live in the graph pool and the next replay
-    # overwrites them: after the first backward, each gradient is copied into a buffer of our own,
-    # which later micro-steps accumulate into and zero_grad zeroes instead of freeing.
-    graphs = compile_mode == "reduce-overhead"
-    own_grads = not graphs or bf16_weights  # bf16 weights: the gradients go into LAMB's fp32 sums
 
     accumulation = recipe["accumulation"]
     steps_this_run = total_steps - step
@@ -498,6 +396,7 @@ def train(
         len(batches.data) if isinstance(batches, PretrainingBatches) else total_steps * global_batch
     )
     log_mlperf_recipe(mlperf, recipe, spec, global_batch, train_samples, eval_samples)
+    amp = recipe["amp"]
     if env.is_primary:
         print(
             f"{recipe['model']} ({parameter_count(model) / 1e6:.1f}M parameters), seq {spec.max_seq}, "
@@ -525,50 +424,23 @@ def train(
     )
     block_open = True
     window_start, window_sequences, window_steps = time.perf_counter(), 0, 0
+    window_throughputs = []  # sequences/s of each logged window
     loss_sum = torch.zeros((), device=device)
     mlm_sum = torch.zeros((), device=device)
     for _ in range(steps_this_run):
-        torch.manual_seed(recipe["seed"] * 1_000_003 + step * 1009 + env.rank)  # dropout: exact on resume
-        step_sequences = 0
-        for micro in range(accumulation):
-            try:
-                batch = next(loader)
-            except ShardError as e:  # a shard damaged after the start-up check: keep the work done
-                if env.is_primary:
-                    save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
-                cause = str(e).strip().splitlines()[-1].split("ShardError: ", 1)[-1]  # a worker's, too
-                raise SystemExit(
-                    f"error: {cause}; step {step} saved in {checkpoint_path}: prepare the data again, "
-                    "then --resume auto"
-                ) from None
-            step_sequences += int(batch.pop("sequences"))  # before the copy: no wait for the device
-            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            if graphs:
-                torch.compiler.cudagraph_mark_step_begin()
-            sync = micro == accumulation - 1 or env.world_size == 1
-            context = (
-                train_model.no_sync()
-                if not sync and hasattr(train_model, "no_sync")
-                else contextlib.nullcontext()
-            )
-            with context:
-                loss, mlm = forward_loss(train_model, batch, device, amp, spec.nsp)
-                scaler.scale(loss / accumulation).backward()
-            if bf16_weights:
-                optimizer.accumulate_grads()
-            if not own_grads:
-                for p in model.parameters():
-                    if p.grad is not None:
-                        p.grad = p.grad.clone()
-                own_grads = True
-            loss_sum += loss.detach() / accumulation
-            mlm_sum += mlm / accumulation
-        scaler.unscale_(optimizer)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=not graphs)
-        schedule.step()
-        step += 1
+        try:
+            loss, mlm, step_sequences = step_fn(loader)
+        except ShardError as e:  # a shard damaged after the start-up check: keep the work done
+            if env.is_primary:
+                save_checkpoint(checkpoint_path, step_fn)
+            cause = str(e).strip().splitlines()[-1].split("ShardError: ", 1)[-1]  # a worker's, too
+            raise SystemExit(
+                f"error: {cause}; step {step} saved in {checkpoint_path}: prepare the data again, "
+                "then --resume auto"
+            ) from None
+        loss_sum += loss
+        mlm_sum += mlm
+        step = step_fn.step_count
         window_steps += 1
         window_sequences += step_sequences * env.world_size
         log.progress(step, step_sequences * env.world_size)
@@ -584,10 +456,11 @@ def train(
             metrics = {
                 "loss": loss_sum.item() / n,
                 "mlm_loss": mlm_sum.item() / n,
-                "lr": schedule.get_last_lr()[0],
+                "lr": step_fn.schedule.get_last_lr()[0],
                 "sequences_per_s": window_sequences / elapsed,
             }
             log.log(step, metrics, units={"sequences_per_s": " seq/s"})
+            window_throughputs.append(metrics["sequences_per_s"])
             loss_sum.zero_()
             mlm_sum.zero_()
             window_start, window_sequences, window_steps = time.perf_counter(), 0, 0
@@ -612,7 +485,7 @@ def train(
                 block_open = True
             window_start += time.perf_counter() - eval_began  # evaluation is not training time
         if env.is_primary and step % recipe["checkpoint_every"] == 0 and not last:
-            save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
+            save_checkpoint(checkpoint_path, step_fn)
         if last:
             break
     if block_open:  # no evaluation data
@@ -620,14 +493,20 @@ def train(
     finished = step == total_steps and target is None
     mlperf.run_stop("success" if reached or finished else "aborted")
     if env.is_primary:
-        save_checkpoint(checkpoint_path, model, optimizer, schedule, scaler, step, recipe)
+        save_checkpoint(checkpoint_path, step_fn)
         with atomic_write(results / "model.pt") as tmp:
             state = {
-                "model": full_precision_state(model, optimizer),
+                "model": full_precision_state(model, step_fn.optimizer),
                 "config": dataclasses.asdict(model.config),
             }
             torch.save(state, tmp)
         print(f"step {step}: checkpoint {checkpoint_path}, weights {results / 'model.pt'}", flush=True)
+        if len(window_throughputs) > 1:  # the first window compiles and warms up
+            print(
+                f"steady throughput: {statistics.median(window_throughputs[1:]):.1f} seq/s (median of "
+                f"{len(window_throughputs) - 1} logged windows after the first)",
+                flush=True,
+            )
     log.close()
     return model
 

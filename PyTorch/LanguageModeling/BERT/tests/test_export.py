@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 from bert.deploy import answer_through_triton, single_model_repository
-from bert.export import export_onnx, load_squad_model, write_repository
+from bert.export import export_onnx, export_torchscript, write_repository
+from bert.inference import inference_model, load_squad_model
 from bert.model import BertForQuestionAnswering, bert_config
 from zoo.squad import Example, best_spans, make_features
 from zoo.wordpiece import load_tokenizer
@@ -20,12 +21,35 @@ from zoo.wordpiece import load_tokenizer
 def exported(tmp_path_factory, tiny_vocab):
     torch.manual_seed(0)
     vocab_size = load_tokenizer(tiny_vocab).get_vocab_size()
-    model = BertForQuestionAnswering(bert_config("bert-tiny", vocab_size=vocab_size)).eval()
+    model = inference_model(BertForQuestionAnswering(bert_config("bert-tiny", vocab_size=vocab_size)))
     out = tmp_path_factory.mktemp("export")
     onnx_path = export_onnx(model, out / "model.onnx")
     repo = out / "repository"
-    write_repository(repo, onnx_path, vocab_size=vocab_size, max_batch_size=8)
+    torchscript = export_torchscript(model, out / "model.pt")
+    write_repository(repo, onnx_path, vocab_size=vocab_size, max_batch_size=8, torchscript_path=torchscript)
     return model, onnx_path, repo
+
+
+def windows(batch, length):
+    g = torch.Generator().manual_seed(length)
+    ids = torch.randint(0, 1000, (batch, length), generator=g)
+    types = (torch.arange(length) > length // 3).long().expand(batch, -1).contiguous()
+    mask = torch.ones_like(ids)
+    mask[-1, length // 2 :] = 0
+    return ids, types, mask
+
+
+@pytest.mark.parametrize("amp", ["fp32", "bf16"])
+def test_torchscript_is_the_inference_model_at_other_shapes(exported, tmp_path, amp):
+    model = inference_model(exported[0], amp=amp)
+    assert next(model.parameters()).dtype == {"fp32": torch.float32, "bf16": torch.bfloat16}[amp]
+    loaded = torch.jit.load(str(export_torchscript(model, tmp_path / "model.pt")))
+    for batch, length in [(1, 9), (5, 77)]:
+        with torch.no_grad():
+            ref, got = model(*windows(batch, length)), loaded(*windows(batch, length))
+        for a, b in zip(got, ref, strict=True):
+            assert a.dtype == torch.float32 and a.shape == (batch, length)
+            torch.testing.assert_close(a, b, atol=0, rtol=0)  # the same kernels on the same weights
 
 
 def test_onnx_matches_eager_for_other_shapes(exported):
@@ -34,11 +58,7 @@ def test_onnx_matches_eager_for_other_shapes(exported):
     model, onnx_path, _ = exported
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     for batch, length in [(1, 9), (5, 77)]:
-        g = torch.Generator().manual_seed(length)
-        ids = torch.randint(0, 1000, (batch, length), generator=g)
-        types = (torch.arange(length) > length // 3).long().expand(batch, -1).contiguous()
-        mask = torch.ones_like(ids)
-        mask[-1, length // 2 :] = 0
+        ids, types, mask = windows(batch, length)
         with torch.no_grad():
             ref = model(ids, types, mask)
         got = session.run(
@@ -58,6 +78,15 @@ def test_repository_configs_parse(exported):
         assert [list(i.dims) for i in config.input] == [[-1]] * 3
         assert (repo / name / "1" / "model.onnx").is_file()
     assert (repo / "bert_squad_python" / "1" / "model.py").is_file()
+    libtorch = parse_pbtxt((repo / "bert_squad_libtorch" / "config.pbtxt").read_text())
+    assert (
+        libtorch.platform == "pytorch_libtorch"
+        and (repo / "bert_squad_libtorch" / "1" / "model.pt").is_file()
+    )
+    assert [i.name for i in libtorch.input] == ["INPUT__0", "INPUT__1", "INPUT__2"]
+    for name in ("bert_squad_onnx", "bert_squad_python", "bert_squad_libtorch"):
+        config = parse_pbtxt((repo / name / "config.pbtxt").read_text())
+        assert config.parameters["precision"].string_value == "fp32"
     parameters = parse_pbtxt((repo / "bert_squad_python" / "config.pbtxt").read_text()).parameters
     assert parameters["max_value:input_ids"].string_value == str(model.config.vocab_size - 1)
     assert parameters["max_value:token_type_ids"].string_value == "1"
@@ -213,3 +242,42 @@ def test_deploy_load_mode_prints_a_table_without_errors(exported, tiny_vocab, ca
     rows = [line.split() for line in lines[-2:]]
     assert [row[:3] for row in rows] == [["1", "6", "0"], ["2", "6", "0"]]
     assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows)
+
+
+def test_export_writes_the_inference_model_in_the_precision_asked(tmp_path):
+    import dataclasses
+
+    import onnxruntime as ort
+    from bert import export
+
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(bert_config("bert-tiny", vocab_size=1000)).eval()
+    checkpoint = tmp_path / "squad_model.pt"
+    torch.save({"model": model.state_dict(), "config": dataclasses.asdict(model.config)}, checkpoint)
+    repo = tmp_path / "repo"
+    export.main(["--checkpoint", str(checkpoint), "--model-repository", str(repo), "--amp", "fp16"])
+    served = inference_model(model, amp="fp16")
+    ids, types, mask = windows(3, 40)
+    with torch.no_grad():
+        expected = [t.numpy() for t in served(ids, types, mask)]
+    session = ort.InferenceSession(
+        str(repo / "bert_squad_onnx" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    got = session.run(
+        None, {"input_ids": ids.numpy(), "token_type_ids": types.numpy(), "attention_mask": mask.numpy()}
+    )
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == np.float32
+        np.testing.assert_allclose(a, b, atol=2e-3, rtol=0)  # fp16 kernels of two libraries
+    traced = torch.jit.load(str(repo / "bert_squad_libtorch" / "1" / "model.pt"))
+    assert {p.dtype for p in traced.parameters()} == {torch.float16}
+    from zoo.triton import parse_pbtxt
+
+    config = parse_pbtxt((repo / "bert_squad_onnx" / "config.pbtxt").read_text())
+    assert config.parameters["precision"].string_value == "fp16"
+    export.main(
+        ["--checkpoint", str(checkpoint), "--model-repository", str(tmp_path / "bf16"), "--amp", "bf16"]
+    )
+    assert sorted(p.name for p in (tmp_path / "bf16").iterdir()) == [
+        "bert_squad_libtorch"
+    ]  # no bf16 in onnxruntime

@@ -265,3 +265,54 @@ def test_residual_stream_dtype_under_autocast():
     reference = low(ids)
     assert (out_low.float() - reference).abs().max() < 0.1 * reference.abs().max()
     assert (out_low.float() - out_high).abs().max() > 0  # the cast is real
+
+
+def test_packed_phase2_samples_give_each_sequence_its_unpacked_mlm_loss(tmp_path, english_text, tiny_vocab):
+    """Samples of 512 tokens from the pipeline (several sequences each): every sequence's masked-LM loss
+    in its packed sample equals its loss alone in an unpacked sample (one sequence, padding)."""
+    import torch.nn.functional as F
+    from bert.data import PretrainingBatches
+    from zoo.bert_data import PretrainingData, SampleSpec, prepare
+
+    prepare([english_text], tiny_vocab, tmp_path, SampleSpec(max_seq=512, max_predictions=80), workers=1)
+    data = PretrainingData(tmp_path, seed=1)
+    batch = PretrainingBatches(data, 4)[0]
+    assert batch["sequences"] > 8  # packed: several sequences a sample
+    torch.manual_seed(0)
+    model = BertForPreTraining(bert_config("bert-tiny", vocab_size=data.specials.vocab_size)).eval()
+    with torch.no_grad():
+        logits, _ = model(
+            batch["input_ids"], batch["token_type_ids"], seq_ids=batch["seq_ids"],
+            mlm_positions=batch["mlm_positions"], next_sentence=False,
+        )  # fmt: skip
+    checked = 0
+    for row in range(4):
+        seq_ids, positions, labels = (
+            batch["seq_ids"][row],
+            batch["mlm_positions"][row],
+            batch["mlm_labels"][row],
+        )
+        for k in range(1, int(seq_ids.max()) + 1):
+            where = (seq_ids == k).nonzero().flatten()
+            start, end = int(where[0]), int(where[-1]) + 1
+            slots = ((labels != -100) & (positions >= start) & (positions < end)).nonzero().flatten()
+            if not len(slots):
+                continue
+            packed_loss = F.cross_entropy(logits[row, slots], labels[slots])
+            alone = {
+                name: torch.zeros(1, 512, dtype=torch.long)
+                for name in ("input_ids", "token_type_ids", "seq_ids")
+            }
+            alone["input_ids"][:] = data.specials.pad
+            alone["input_ids"][0, : end - start] = batch["input_ids"][row, start:end]
+            alone["token_type_ids"][0, : end - start] = batch["token_type_ids"][row, start:end]
+            alone["seq_ids"][0, : end - start] = 1
+            with torch.no_grad():
+                alone_logits, _ = model(
+                    **alone, mlm_positions=(positions[slots] - start)[None], next_sentence=False
+                )
+            torch.testing.assert_close(
+                packed_loss, F.cross_entropy(alone_logits[0], labels[slots]), atol=1e-5, rtol=1e-5
+            )
+            checked += 1
+    assert checked >= 8

@@ -50,9 +50,13 @@ def test_data_prepare_and_train_through_the_scripts(tmp_path, english_text, tiny
     assert (tmp_path / "r" / "model.pt").is_file()
 
 
-@pytest.mark.parametrize("extra", [(), ("--bf16-weights", "--inductor", "triton.mix_order_reduction=false")])
-def test_benchmark_tiny_runs_on_cpu(tmp_path, extra):
-    proc = sh("benchmark.sh", "--tiny", "--device", "cpu", "--output", tmp_path / "bench.json", *extra)
+TINY_BENCH = ("--recipe", MODEL_DIR / "configs" / "pretrain_tiny_cpu.yaml", "--device", "cpu", "--iters", 3,
+              "--warmup", 1, "--windows", 1)  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", [(), ("--amp", "bf16", "--set", "weights=bf16", "--set", "compile=true")])
+def test_benchmark_times_the_recipe_step_on_cpu(tmp_path, extra):
+    proc = sh("benchmark.sh", *TINY_BENCH, "--vocab-size", 2000, "--output", tmp_path / "bench.json", *extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ours / transformers:" in proc.stdout
     report = json.loads((tmp_path / "bench.json").read_text())
@@ -62,10 +66,24 @@ def test_benchmark_tiny_runs_on_cpu(tmp_path, extra):
     losses = [r["first_loss"] for r in report["results"]]
     assert abs(losses[0] - losses[1]) < 0.05
     ours, hf = report["results"]
+    # the levers are the recipe's keys, read back from what ran
     assert ours["weights"] == ("bf16 + fp32 masters" if extra else "fp32") and hf["weights"] == "fp32"
-    assert (
-        ours["inductor"] == ({"triton.mix_order_reduction": False} if extra else {}) and hf["inductor"] == {}
-    )
+    assert (ours["compile"], hf["compile"]) == (("default", "default") if extra else (None, None))
+    assert ours["precision"] == hf["precision"] == ("bf16" if extra else "fp32")
+    assert report["meta"]["overrides"] == list(extra[3::2])
+
+
+def test_benchmark_packs_real_text_against_padding(tmp_path):
+    proc = sh("benchmark.sh", *TINY_BENCH, "--set", "max_seq=64", "--set", "max_predictions=10", "--text",
+              "--output", tmp_path / "bench.json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((tmp_path / "bench.json").read_text())
+    packed, padded = report["meta"]["data"]["packed"], report["meta"]["data"]["padded"]
+    assert packed["sequences"] == padded["sequences"] and padded["samples"] == padded["sequences"]
+    assert packed["padding_fraction"] < 0.05 < 0.2 < padded["padding_fraction"]
+    assert "padding: " in proc.stdout and " of tokens packed" in proc.stdout
+    ours, hf = report["results"]
+    assert (ours["data"], hf["data"], ours["seq"]) == ("packed", "padded", 64)
 
 
 def test_evaluate_scores_a_predictions_file(tmp_path):
