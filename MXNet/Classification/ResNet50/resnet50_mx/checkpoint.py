@@ -97,12 +97,18 @@ def mxnet_reason(error: Exception) -> str:
 
 
 def read_params(path: Path) -> dict:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"PK\x03\x04":  # what torch.save writes
+        raise SystemExit(
+            f"error: {path} is not an MXNet parameter file but a zip archive (a PyTorch checkpoint?)"
+        )
     try:
         params = mx.nd.load(str(path))
     except mx.base.MXNetError as e:
-        raise SystemExit(f"{path} is not an MXNet parameter file ({mxnet_reason(e)})") from None
+        raise SystemExit(f"error: {path} is not an MXNet parameter file ({mxnet_reason(e)})") from None
     if not isinstance(params, dict) or "fc.weight" not in params:
-        raise SystemExit(f"{path} is not a ResNet-50 Gluon parameter file (no fc.weight)")
+        raise SystemExit(f"error: {path} is not a ResNet-50 Gluon parameter file (no fc.weight)")
     return params
 
 

@@ -65,10 +65,13 @@ def serve(
     repo = Path(model_repository)
     if not repo.is_dir():
         raise SystemExit(f"model repository {repo} does not exist (make it with scripts/export_triton.sh)")
-    served = Path(tempfile.mkdtemp(prefix="zoo-repo-"))
-    for name in models or [p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file()]:
+    names = models or [p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file()]
+    for name in names:
         if not (repo / name / "config.pbtxt").is_file():
             raise SystemExit(f"model repository {repo} has no model {name}")
+        check_config(repo / name)
+    served = Path(tempfile.mkdtemp(prefix="zoo-repo-"))
+    for name in names:
         (served / name).symlink_to((repo / name).resolve())
     port = http_port or _free_port()
     url = f"127.0.0.1:{port}"
@@ -91,6 +94,19 @@ def serve(
             for link in served.iterdir():
                 link.unlink()
             served.rmdir()
+
+
+def check_config(model_dir: Path) -> None:
+    """A one-line error when ``model_dir/config.pbtxt`` is not a valid Triton ModelConfig: parsed by
+    ``python -m zoo.triton validate`` in the server's python (this venv's protobuf cannot load Triton's
+    schema), before the server would fail with "failed to load all models"."""
+    proc = subprocess.run(
+        [server_python(), "-m", "zoo.triton", "validate", str(model_dir)], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+        reason = lines[-1].removeprefix("error: ") if lines else f"exit code {proc.returncode}"
+        raise SystemExit(f"error: {reason}")
 
 
 def _wait_ready(proc: subprocess.Popen, url: str, output, log: str, timeout: float) -> None:

@@ -167,12 +167,12 @@ def record_paths(data_dir: str | os.PathLike, split: str) -> tuple[Path, Path]:
     """``<data_dir>/<split>.rec`` and its ``.idx``; a one-line error when either is missing."""
     root = Path(data_dir)
     if not root.is_dir():
-        raise SystemExit(f"data dir {root} does not exist")
+        raise SystemExit(f"error: data dir {root} does not exist")
     rec, idx = root / f"{split}.rec", root / f"{split}.idx"
     for path in (rec, idx):
         if not path.is_file():
             raise SystemExit(
-                f"data dir {root} has no {path.name} (make it with scripts/download_data.sh --image-folder DIR)"
+                f"error: data dir {root} has no {path.name} (make it with scripts/download_data.sh --image-folder DIR)"
             )
     return rec, idx
 

@@ -268,3 +268,21 @@ def test_deploy_refuses_a_bad_config_and_counts(tmp_path, digits_rec):
     with pytest.raises(SystemExit) as e:
         main([*argv, "--batch-size", "0"])
     assert str(e.value) == "error: --batch-size must be a positive integer, not 0"
+    # not the server's "failed to load all models": the reason, before the server starts
+    (model / "config.pbtxt").write_text('name: "resnet50_mx_python"\ninput [ { name: "images" dims: [ 3, 32 ')
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--image-size", "32", "--num-images", "8"])
+    assert str(e.value).startswith(f"error: {model / 'config.pbtxt'}: not a Triton ModelConfig: ")
+
+
+def test_pytorch_checkpoint_given_as_weights(tmp_path):
+    from resnet50_mx.checkpoint import load_for_inference
+
+    foreign = tmp_path / "resnet18_checkpoint.pt"
+    foreign.write_bytes(b"PK\x03\x04" + bytes(300))  # torch.save writes a zip archive
+    with pytest.raises(SystemExit) as e:
+        load_for_inference(str(foreign))
+    assert (
+        str(e.value)
+        == f"error: {foreign} is not an MXNet parameter file but a zip archive (a PyTorch checkpoint?)"
+    )
