@@ -324,7 +324,13 @@ def optimizer_only(args, recipe: dict) -> list[dict]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bert.benchmark", description=__doc__.splitlines()[0])
-    add_run_args(p, default_recipe=CONFIG_DIR / "pretrain_phase1_1gpu.yaml", data_dir=False, resume=False)
+    add_run_args(
+        p,
+        default_recipe=CONFIG_DIR / "pretrain_phase1_1gpu.yaml",
+        data_dir=False,
+        results_dir=False,
+        resume=False,
+    )
     p.add_argument(
         "--model", help="ours and Hugging Face: bert-large, bert-base, bert-tiny (recipe key model)"
     )
