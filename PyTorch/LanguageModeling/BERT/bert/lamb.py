@@ -39,8 +39,8 @@ class Lamb(torch.optim.Optimizer):
         (PyTorch's fused Adam kernel computes the Adam direction into a scratch buffer in one pass,
         then weight decay, trust ratio and the update: about 21 passes), "triton" (two Triton
         kernels over all tensors of a group, about 11 passes: bert/lamb_triton.py; CUDA only),
-        "per_tensor" (one plain function per chunk of tensors) or "compiled" (that function
-        through torch.compile). All keep the same state, so a checkpoint moves between them.
+        or "per_tensor" (one plain function per chunk of tensors). All keep the same state, so a
+        checkpoint moves between them.
         master_weights: keep fp32 copies of the parameters and update those (module docstring)."""
         if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"bad LAMB hyper-parameters lr={lr} betas={betas} eps={eps}")
@@ -56,13 +56,6 @@ class Lamb(torch.optim.Optimizer):
         self._grad_sums: dict[torch.Tensor, torch.Tensor] = {}  # accumulate_grads: fp32, not in state
         self._summed: set[torch.Tensor] = set()  # parameters with a gradient in the current sums
         self._host_step: dict[int, int] = {}  # triton: the step count, kept on the host too
-        self._update = _update_tensors
-        if implementation == "compiled":
-            import torch._dynamo as dynamo  # (a plain `import torch._dynamo` would make torch local here)
-
-            # one compiled graph per distinct chunk of shapes (a transformer repeats a few)
-            dynamo.config.cache_size_limit = max(dynamo.config.cache_size_limit, 64)
-            self._update = torch.compile(_update_tensors, dynamic=False)
         if master_weights:
             for group in self.param_groups:
                 for p in group["params"]:
@@ -225,7 +218,6 @@ class Lamb(torch.optim.Optimizer):
     def _step_per_tensor(self, group, params, grads, m, v, step, clip) -> None:
         beta1, beta2 = group["betas"]
         device = params[0].device
-        # per-step values as device tensors: a compiled function is not re-specialised for each lr
         lr = torch.full((), group["lr"], dtype=torch.float32, device=device)
         bias1 = 1 - beta1**step
         bias2 = 1 - beta2**step
@@ -233,7 +225,7 @@ class Lamb(torch.optim.Optimizer):
             clip = torch.ones((), dtype=torch.float32, device=device)
         for start in range(0, len(params), _CHUNK):
             end = start + _CHUNK
-            self._update(
+            _update_tensors(
                 params[start:end], grads[start:end], m[start:end], v[start:end], clip, lr, bias1, bias2,
                 beta1, beta2, group["eps"], group["weight_decay"], group["adapt"],
             )  # fmt: skip
@@ -257,7 +249,7 @@ def _fp32_copy(p: torch.Tensor) -> torch.Tensor:
     return p.detach().float().clone(memory_format=torch.preserve_format)
 
 
-IMPLEMENTATIONS = ("foreach", "fused_adam", "triton", "per_tensor", "compiled")
+IMPLEMENTATIONS = ("foreach", "fused_adam", "triton", "per_tensor")
 _CHUNK = 16  # tensors per update call: small enough to compile quickly, large enough to amortise calls
 
 
