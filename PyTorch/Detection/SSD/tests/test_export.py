@@ -187,12 +187,23 @@ def test_repository_served_by_tritonserver_gives_pytorch_boxes(model, images, tm
             )
             for i, det in enumerate(dets):
                 n = int(out["num_detections"][i, 0])
-                order = det.scores.argsort(descending=True, stable=True)
                 assert n == len(det.scores) > 3, n
-                np.testing.assert_allclose(out["detection_boxes"][i, :n], det.boxes[order].numpy(), atol=2e-3)
-                np.testing.assert_array_equal(out["detection_labels"][i, :n], det.labels[order].numpy())
+                served = [out[k][i, :n] for k in ("detection_boxes", "detection_scores", "detection_labels")]
+                assert_same_detections(*served, det)
     finally:
         server.stop()
+
+
+def assert_same_detections(boxes, scores, labels, det, score_tie=1e-5, box_atol=2e-3):
+    """The served detections (best first) are ``det``'s: the same sorted scores, and each served box has
+    a box of ``det`` with its label and score (to ``score_tie``; near-equal scores may swap places)."""
+    order = det.scores.argsort(descending=True, stable=True)
+    want_boxes, want_scores, want_labels = (t[order].numpy() for t in (det.boxes, det.scores, det.labels))
+    np.testing.assert_allclose(scores, want_scores, atol=score_tie)
+    for box, score, label in zip(boxes, scores, labels, strict=True):
+        same = (np.abs(want_scores - score) <= score_tie) & (want_labels == label)
+        assert same.any(), (box, score, label)
+        assert np.abs(want_boxes[same] - box).max(axis=1).min() <= box_atol, (box, score, label)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
