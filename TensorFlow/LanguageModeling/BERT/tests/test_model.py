@@ -125,3 +125,14 @@ def test_mixed_precision_and_xla_steps_train(amp, xla, accumulation, policy):
     batches = stacked(SyntheticMicroBatches(4, 16, 3, 60), 0, accumulation)
     losses = [float(step(batches)[0]) / accumulation for _ in range(6)]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.2, losses
+
+
+def test_bert_base_has_googles_parameter_count():
+    """bert-base with the SQuAD head: Google's BERT-Base (109,482,240 with its pooler) minus the pooler
+    (590,592) plus the span layer (1,538); every weight has a Google name."""
+    from bert_tf.checkpoint import google_variables
+    from bert_tf.model import bert_config, build_question_answering, parameter_count
+
+    model = build_question_answering(bert_config("bert-base"))
+    assert parameter_count(model) == 109_482_240 - 590_592 + 1_538
+    assert len(google_variables(model)) == len(model.trainable_variables) == 5 + 12 * 16 + 2
