@@ -45,6 +45,9 @@ def main(argv=None) -> None:
     p.add_argument("--output", help="folder for PNGs with boxes and masks drawn")
     add_load_args(p)
     a = parse_args(p, argv)
+    repo = Path(a.repository)
+    if not a.url and not (repo / MODEL / "config.pbtxt").is_file():
+        raise SystemExit(f"error: {repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
     loaded = [load_image(path) for path in a.images]
 
     def run(url):
@@ -56,11 +59,6 @@ def main(argv=None) -> None:
     if a.url:
         answers = run(a.url)
     else:
-        repo = Path(a.repository)
-        if not (repo / MODEL / "config.pbtxt").is_file():
-            raise SystemExit(
-                f"error: {repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first"
-            )
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
             try:

@@ -179,8 +179,15 @@ def main(argv=None) -> None:
     a = parse_args(p, argv)
     if not a.data_dir:
         raise SystemExit("error: give --data-dir (or set DATA_DIR): the COCO root to score on")
+    if a.batch_size < 1 or a.workers < 0:
+        raise SystemExit(
+            f"error: --batch-size must be a positive integer and --workers >= 0, not {a.batch_size}, {a.workers}"
+        )
     data = Path(a.data_dir)
     ann = data / "annotations" / f"instances_{a.split}.json"
+    for path in (data, data / a.split, ann):
+        if not path.exists():
+            raise SystemExit(f"error: {path} does not exist (scripts/download_data.sh prepares COCO)")
     model, state = load_model(a.checkpoint, a.device)
     loader = build_loader(data / a.split, ann, train=False, batch_size=a.batch_size, workers=a.workers)
     if loader.dataset.num_classes > state["num_classes"]:
