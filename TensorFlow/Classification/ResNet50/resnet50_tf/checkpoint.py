@@ -45,6 +45,8 @@ def find_checkpoint(path) -> tuple[str, Path | None]:
     import tensorflow as tf
 
     path = Path(path)
+    if not path.exists() and not Path(str(path) + ".index").is_file():
+        raise SystemExit(f"error: checkpoint {path} does not exist")
     for run_dir in (path, path.parent):
         if (run_dir / "checkpoints").is_dir() and path in (run_dir, run_dir / "checkpoints"):
             latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))

@@ -255,3 +255,10 @@ def test_counts_must_be_positive(module, argv):
     with pytest.raises(SystemExit) as e:
         importlib.import_module(f"resnet50_tf.{module}").main(argv)
     assert one_line(e) == f"error: {flag} must be a positive integer, not {value}"
+
+
+def test_missing_init_checkpoint(tmp_path, digits_tfrecords):
+    with pytest.raises(SystemExit) as e:
+        train(digits_tfrecords, tmp_path / "results", "--init-checkpoint", tmp_path / "missing")
+    assert one_line(e) == f"error: checkpoint {tmp_path / 'missing'} does not exist"
+    assert not (tmp_path / "results").exists()
