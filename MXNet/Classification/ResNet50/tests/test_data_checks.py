@@ -286,3 +286,26 @@ def test_pytorch_checkpoint_given_as_weights(tmp_path):
         str(e.value)
         == f"error: {foreign} is not an MXNet parameter file but a zip archive (a PyTorch checkpoint?)"
     )
+
+
+def test_records_split_at_the_magic_are_read_whole(tmp_path):
+    """RecordIO splits a record whose data holds the magic number into parts; the check joins them."""
+    import struct
+
+    magic = struct.pack("<I", records.MAGIC)
+    writer = mx.recordio.MXIndexedRecordIO(str(tmp_path / "x.idx"), str(tmp_path / "x.rec"), "w")
+    written = {}
+    for key, body in enumerate([b"abcd" * 3, b"abcd" * 3 + magic + b"1234" + magic * 2 + b"xy", b"efgh"]):
+        written[key] = mx.recordio.pack(mx.recordio.IRHeader(0, float(key), key, 0), body)
+        writer.write_idx(key, written[key])
+    writer.close()
+    size = (tmp_path / "x.rec").stat().st_size
+    with open(tmp_path / "x.rec", "rb") as f:
+        read = {
+            key: records._read_parts(f, tmp_path / "x.rec", key, offset, size, whole=True)
+            for key, offset in records.read_index(tmp_path / "x.idx")
+        }
+    assert {key: data for key, (data, _) in read.items()} == written
+    assert [parts for _, parts in read.values()] == [1, 4, 1]
+    check = records.check_split(tmp_path / "x.rec", tmp_path / "x.idx", decode=False)
+    assert (check.records, check.label_max, check.label_max_key) == (3, 2, 2)
