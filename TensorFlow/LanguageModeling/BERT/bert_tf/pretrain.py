@@ -143,11 +143,14 @@ def log_mlperf_recipe(mlperf, recipe: dict, global_batch: int, train_samples: in
 
 
 def build_train_step(runtime, model, optimizer, *, accumulation: int, nsp: bool, xla: bool):
-    """``train_step(distributed stacked micro-batches) -> [loss, mlm loss, correct, targets]`` summed over
-    replicas (loss terms are means per micro-batch, summed over micro-batches and replicas).
+    """``train_step(distributed stacked micro-batches) -> [mlm loss sum, correct, targets, nsp loss sum,
+    nsp labels]`` over the whole global batch (``step_losses`` turns it into mean losses).
 
-    Gradients of the ``accumulation`` micro-batches are summed in fp32 inside one (optionally XLA)
-    function, then one LAMB update; tf.distribute all-reduces them in ``optimizer.apply``.
+    The loss is the mean over every masked token of the global batch (and, with NSP, plus the mean over
+    its sequence pairs): each replica divides its sums by the global counts (one small all-reduce), so N
+    replicas x B samples train exactly as one process on N x B. Gradients of the ``accumulation``
+    micro-batches are summed in fp32 inside one (optionally XLA) function, then one LAMB update;
+    tf.distribute all-reduces them (a sum) in ``optimizer.apply``.
     """
     import keras
     import tensorflow as tf
@@ -156,28 +159,26 @@ def build_train_step(runtime, model, optimizer, *, accumulation: int, nsp: bool,
 
     strategy, hvd = runtime.strategy, runtime.hvd
     variables = model.trainable_variables
-    replicas = runtime.num_replicas
     scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
-    def micro_step(batch):
+    def micro_step(batch, totals):
         with tf.GradientTape() as tape:
             out = model(batch, training=True)
             mlm_sum, correct, count = mlm_loss_and_accuracy(out["mlm_logits"], batch["mlm_labels"])
-            mlm = mlm_sum / tf.maximum(count, 1.0)
-            loss = mlm
+            objective = mlm_sum / tf.maximum(totals[0], 1.0)
+            nsp_sum = nsp_count = tf.constant(0.0)
             if nsp:
                 nsp_sum, nsp_count = nsp_loss_sum(out["nsp_logits"], batch["nsp_labels"])
-                loss = loss + nsp_sum / tf.maximum(nsp_count, 1.0)
-            objective = loss / (accumulation * replicas)  # the all-reduce sums replicas' gradients
+                objective = objective + nsp_sum / tf.maximum(totals[1], 1.0)
             if scaled:
                 objective = optimizer.scale_loss(objective)
         grads = [tf.cast(tf.convert_to_tensor(g), tf.float32) for g in tape.gradient(objective, variables)]
-        return grads, tf.stack([loss, mlm, correct, count])
+        return grads, tf.stack([mlm_sum, correct, count, nsp_sum, nsp_count])
 
-    def gradients(batches):
-        grads, stats = micro_step({k: v[0] for k, v in batches.items()})
+    def gradients(batches, totals):
+        grads, stats = micro_step({k: v[0] for k, v in batches.items()}, totals)
         for i in tf.range(1, accumulation):
-            more, more_stats = micro_step({k: v[i] for k, v in batches.items()})
+            more, more_stats = micro_step({k: v[i] for k, v in batches.items()}, totals)
             grads = [a + b for a, b in zip(grads, more, strict=True)]
             stats = stats + more_stats
         return grads, stats
@@ -186,7 +187,15 @@ def build_train_step(runtime, model, optimizer, *, accumulation: int, nsp: bool,
         gradients = tf.function(gradients, jit_compile=True)
 
     def replica_step(batches):
-        grads, stats = gradients(batches)
+        local = [tf.reduce_sum(tf.cast(batches["mlm_labels"] >= 0, tf.float32))]
+        local.append(
+            tf.reduce_sum(tf.cast(batches["nsp_labels"] >= 0, tf.float32)) if nsp else tf.constant(0.0)
+        )
+        local = tf.stack(local)
+        totals = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, local)
+        if hvd is not None:
+            totals = hvd.allreduce(totals, op=hvd.Sum)
+        grads, stats = gradients(batches, totals)
         if hvd is not None:
             grads = [hvd.allreduce(g, op=hvd.Sum) for g in grads]
         optimizer.apply(grads, variables)
@@ -200,6 +209,17 @@ def build_train_step(runtime, model, optimizer, *, accumulation: int, nsp: bool,
         return hvd.allreduce(stats, op=hvd.Sum) if hvd is not None else stats
 
     return train_step
+
+
+def step_losses(stats) -> dict:
+    """{"loss", "mlm_loss", "train_mlm_accuracy"} of ``train_step`` sums (one step's, or a window's)."""
+    mlm = float(stats[0]) / max(float(stats[2]), 1.0)
+    nsp = float(stats[3]) / float(stats[4]) if stats[4] > 0 else 0.0
+    return {
+        "loss": mlm + nsp,
+        "mlm_loss": mlm,
+        "train_mlm_accuracy": float(stats[1]) / max(float(stats[2]), 1.0),
+    }
 
 
 def build_eval_step(model):
@@ -317,7 +337,11 @@ def main(argv=None) -> dict:
         init_weights = read_weights(args.init_checkpoint)
     results_dir.mkdir(parents=True, exist_ok=True)
     global_batch = batch_size * accumulation * replicas
-    config = bert_config(recipe["model"], vocab_size=vocab_size, max_position_embeddings=max(512, max_seq))
+    dropout = float(recipe.get("dropout", 0.1))
+    config = bert_config(
+        recipe["model"], vocab_size=vocab_size, max_position_embeddings=max(512, max_seq),
+        hidden_dropout=dropout, attention_dropout=dropout,
+    )  # fmt: skip
 
     mlperf_path = mlperf_log_path(results_dir, resume_from)
     if runtime.is_chief:
@@ -372,12 +396,14 @@ def main(argv=None) -> dict:
     target = recipe.get("target_mlm_accuracy")
     eval_every, log_every = int(recipe["eval_every"]), int(recipe["log_every"])
 
+    horovod_rank = runtime.worker_index if runtime.hvd is not None else 0  # one replica per Horovod process
+
     def distributed_batches(first_micro: int):
         def per_replica(ctx):
             return {
                 k: tf.constant(v)
                 for k, v in bert_data.stacked(
-                    sources[ctx.replica_id_in_sync_group], first_micro, accumulation
+                    sources[ctx.replica_id_in_sync_group + horovod_rank], first_micro, accumulation
                 ).items()
             }
 
@@ -395,7 +421,7 @@ def main(argv=None) -> dict:
     )
     summary = {"global_batch": global_batch, "steps": step, "losses": []}
     reached, accuracy = False, None
-    window = np.zeros(4)
+    window = np.zeros(5)
     window_steps, window_start = 0, time.perf_counter()
     mlperf.init_stop()
     mlperf.run_start()
@@ -407,7 +433,7 @@ def main(argv=None) -> dict:
             stats = train_step(distributed_batches(step * accumulation)).numpy()
             step += 1
             global_step.assign(step)
-            loss = float(stats[0]) / (accumulation * replicas)
+            loss = step_losses(stats)["loss"]
             if not math.isfinite(loss):
                 raise SystemExit(f"error: loss is {loss} at step {step}: lower the learning rate or use bf16")
             summary["losses"].append(loss)
@@ -417,13 +443,10 @@ def main(argv=None) -> dict:
             last = step == steps_end
             if step % log_every == 0 or last:
                 elapsed = time.perf_counter() - window_start
-                n = window_steps * accumulation * replicas
                 logger.log(
                     step,
                     {
-                        "loss": window[0] / n,
-                        "mlm_loss": window[1] / n,
-                        "train_mlm_accuracy": window[2] / max(window[3], 1),
+                        **step_losses(window),
                         "lr": float(optimizer.learning_rate),
                         "sequences_per_s": window_steps * global_batch / max(elapsed, 1e-9),
                     },
