@@ -125,6 +125,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--exit-after-steps", type=int, default=None, help="end abruptly after N steps (crash test)"
     )
     args = zoo.cli.parse_args(p, argv)
+    if args.steps_per_epoch is not None and args.steps_per_epoch < 1:
+        raise SystemExit(f"error: --steps-per-epoch must be a positive integer, not {args.steps_per_epoch}")
     if args.synthetic:
         args.data_backend = "synthetic"
     return args

@@ -184,6 +184,7 @@ def test_shared_flags_reach_the_recipe():
         (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
         (["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
         (["--set", "train.amp=none"], "error: amp must be one of bf16, fp16, fp32, not 'none'"),
+        (["--steps-per-epoch", "0"], "error: --steps-per-epoch must be a positive integer, not 0"),
     ],
 )
 def test_old_spellings_are_one_line_errors(tmp_path, argv, message):
