@@ -1,10 +1,11 @@
 """Export SSD300's inference model to ONNX and TorchScript and write a Triton model repository.
 
-    python -m ssd.export --checkpoint results/model.pt --repository triton_repo [--precision fp16]
+    python -m ssd.export --checkpoint results/model.pt --repository triton_repo [--amp fp16]
 
 Every file holds the model of :func:`ssd.model.build_inference_model` (BatchNorm folded into the
-convolutions, weights and compute in ``--precision``, FP32 in and out), the one evaluation and the
-benchmark run. The repository holds four models:
+convolutions, weights and compute in ``--amp``'s precision, fp32 by default; FP32 in and out), the
+one evaluation and the benchmark run; each config.pbtxt records it as its ``precision`` parameter.
+The repository holds four models:
   ssd300_onnx          onnxruntime_onnx: raw head outputs ``loc (N, 8732, 4)``, ``logits (N, 8732, C)``
   ssd300_torchscript   pytorch_libtorch: the same outputs from a traced TorchScript file, tensors named
                        by position (``INPUT__0`` the images, ``OUTPUT__0`` loc, ``OUTPUT__1`` logits)
@@ -16,7 +17,7 @@ benchmark run. The repository holds four models:
                        ``detection_labels`` (0 = padding) and ``num_detections``; the same boxes as
                        :func:`ssd.boxes.postprocess`
 Input everywhere: ``images (N, 3, 300, 300)`` FP32, normalised with the ImageNet mean/std.
-``--precision bf16`` is refused: onnxruntime has no bfloat16 convolutions.
+onnxruntime has no bfloat16 convolutions: ``--amp bf16`` writes ``ssd300_torchscript`` only.
 """
 
 from __future__ import annotations
@@ -33,26 +34,16 @@ from ssd.model import SSD300, InferenceSSD, SSDWithPostprocess, build_inference_
 
 MAX_DETECTIONS = 200
 POSTPROCESS = Path(__file__).with_name("triton_postprocess.py")
-EXPORT_PRECISIONS = ("fp32", "fp16")
 # The libtorch backend names tensors by position.
 LIBTORCH_INPUT, LIBTORCH_OUTPUTS = "INPUT__0", ("OUTPUT__0", "OUTPUT__1")
 
 
-def inference_model(model: SSD300 | InferenceSSD, precision: str = "fp32") -> InferenceSSD:
-    """The model every exported file holds: ``model``'s inference model on the CPU (an
-    :class:`InferenceSSD` is taken as it is)."""
+def inference_model(model: SSD300 | InferenceSSD, amp: str = "fp32") -> InferenceSSD:
+    """The model every exported file holds: ``model``'s inference model in ``amp``'s precision on
+    the CPU (an :class:`InferenceSSD` is taken as it is)."""
     if isinstance(model, InferenceSSD):
         return model.eval()
-    check_precision(precision)
-    return build_inference_model(model.cpu(), precision)
-
-
-def check_precision(precision: str) -> None:
-    """A one-line SystemExit for a precision the exported files cannot carry."""
-    if precision not in EXPORT_PRECISIONS:
-        raise SystemExit(
-            f"error: --precision {precision}: onnxruntime runs no bfloat16 convolutions; use fp16 or fp32"
-        )
+    return build_inference_model(model.cpu(), amp)
 
 
 def export_onnx(
@@ -61,6 +52,8 @@ def export_onnx(
     """ONNX of the inference model (``model`` itself if it is one, else its fp32 inference model)
     with a dynamic batch axis; outputs ``loc, logits`` or, with ``postprocess``, ``boxes, scores``."""
     model = inference_model(model)
+    if model.dtype == torch.bfloat16:
+        raise SystemExit("error: onnxruntime runs no bfloat16 convolutions: export ONNX in fp32 or fp16")
     # The exporter restores the wrapper's train/eval flag recursively afterwards: make it eval too.
     module = (SSDWithPostprocess(model, default_boxes()) if postprocess else model).eval()
     names = ["boxes", "scores"] if postprocess else ["loc", "logits"]
@@ -100,37 +93,26 @@ def write_repository(
     model: SSD300,
     repository: str | Path,
     *,
-    precision: str = "fp32",
+    amp: str = "fp32",
     max_batch_size: int = 16,
     instance_kind: str = "KIND_GPU",
     score_threshold: float = 0.05,
     nms_threshold: float = 0.5,
 ) -> Path:
     """Write the four models of the module docstring, each holding ``model``'s inference model in
-    ``precision`` (fp32 or fp16), into ``repository``; returns its path."""
+    ``amp``'s precision, into ``repository`` (bf16: the TorchScript model only); returns its path."""
     from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     repo = Path(repository)
-    model = inference_model(model, precision)
+    model = inference_model(model, amp)
     c = model.num_classes
     images = [TensorSpec("images", "FP32", [3, 300, 300])]
     batching = {
         "preferred_batch_size": [max(1, max_batch_size // 2), max_batch_size],
         "max_queue_delay_microseconds": 100,
     }
+    precision = {"precision": amp}
     with tempfile.TemporaryDirectory() as tmp:
-        raw = export_onnx(model, Path(tmp) / "raw.onnx", postprocess=False)
-        decoded = export_onnx(model, Path(tmp) / "decoded.onnx", postprocess=True)
-        cfg = model_config(
-            "ssd300_onnx",
-            platform="onnxruntime_onnx",
-            max_batch_size=max_batch_size,
-            inputs=images,
-            outputs=[TensorSpec("loc", "FP32", [8732, 4]), TensorSpec("logits", "FP32", [8732, c])],
-            instance_kind=instance_kind,
-            dynamic_batching=batching,
-        )
-        write_model(repo, cfg, {"model.onnx": raw})
         cfg = model_config(
             "ssd300_torchscript",
             platform="pytorch_libtorch",
@@ -142,8 +124,24 @@ def write_repository(
             ],
             instance_kind=instance_kind,
             dynamic_batching=batching,
+            parameters=precision,
         )
         write_model(repo, cfg, {"model.pt": export_torchscript(model, Path(tmp) / "model.pt")})
+        if amp == "bf16":
+            return repo
+        raw = export_onnx(model, Path(tmp) / "raw.onnx", postprocess=False)
+        decoded = export_onnx(model, Path(tmp) / "decoded.onnx", postprocess=True)
+        cfg = model_config(
+            "ssd300_onnx",
+            platform="onnxruntime_onnx",
+            max_batch_size=max_batch_size,
+            inputs=images,
+            outputs=[TensorSpec("loc", "FP32", [8732, 4]), TensorSpec("logits", "FP32", [8732, c])],
+            instance_kind=instance_kind,
+            dynamic_batching=batching,
+            parameters=precision,
+        )
+        write_model(repo, cfg, {"model.onnx": raw})
         cfg = model_config(
             "ssd300_decoded_onnx",
             platform="onnxruntime_onnx",
@@ -152,6 +150,7 @@ def write_repository(
             outputs=[TensorSpec("boxes", "FP32", [8732, 4]), TensorSpec("scores", "FP32", [8732, c])],
             instance_kind=instance_kind,
             dynamic_batching=batching,
+            parameters=precision,
         )
         write_model(repo, cfg, {"model.onnx": decoded})
         settings = {
@@ -160,6 +159,7 @@ def write_repository(
             "nms_threshold": nms_threshold,
             "max_detections": MAX_DETECTIONS,
             "candidates_per_class": 200,
+            **precision,
         }
         cfg = model_config(
             "ssd300_python",
@@ -182,9 +182,13 @@ def write_repository(
 
 
 def main(argv=None) -> None:
+    from zoo.cli import AMP_CHOICES, parse_args
+
     from ssd.evaluate import load_model
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ssd.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", help="model.pt or checkpoint.pt from ssd.train")
     src.add_argument(
@@ -194,10 +198,11 @@ def main(argv=None) -> None:
         "--repository", default="triton_repo", help="model repository folder (replaced if present)"
     )
     p.add_argument(
-        "--precision",
-        choices=("fp32", "fp16", "bf16"),
+        "--amp",
+        choices=AMP_CHOICES,
         default="fp32",
-        help="weights and compute of every exported file (inputs and outputs stay FP32); bf16 is refused",
+        help="precision of the exported weights and compute (BatchNorm folded; FP32 in and out); "
+        "bf16: the TorchScript model only",
     )
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument(
@@ -206,8 +211,7 @@ def main(argv=None) -> None:
         default="KIND_GPU",
         help="instances of the ONNX models (the python model always runs on CPU)",
     )
-    a = p.parse_args(argv)
-    check_precision(a.precision)
+    a = parse_args(p, argv)
     if a.checkpoint:
         model, _ = load_model(a.checkpoint, "cpu")
     else:
@@ -216,10 +220,8 @@ def main(argv=None) -> None:
     repo = Path(a.repository)
     if repo.exists():
         shutil.rmtree(repo)
-    write_repository(
-        model, repo, precision=a.precision, max_batch_size=a.max_batch_size, instance_kind=a.instance_kind
-    )
-    print(f"wrote {', '.join(sorted(p.name for p in repo.iterdir()))} ({a.precision}) to {repo}")
+    write_repository(model, repo, amp=a.amp, max_batch_size=a.max_batch_size, instance_kind=a.instance_kind)
+    print(f"wrote {', '.join(sorted(p.name for p in repo.iterdir()))} ({a.amp}) to {repo}")
 
 
 if __name__ == "__main__":

@@ -126,15 +126,19 @@ def test_fp16_onnx_export_matches_the_fp16_inference_model(model, images, tmp_pa
     np.testing.assert_allclose(o_loc, loc.numpy(), atol=0.01 * float(loc.abs().max()))
 
 
-def test_export_refuses_bf16_in_one_line(tmp_path):
+def test_export_amp_sets_every_files_precision_and_bf16_writes_torchscript_only(model, images, tmp_path):
     from ssd.export import main
 
-    with pytest.raises(SystemExit) as e:
-        main(["--random-init", "3", "--precision", "bf16", "--repository", str(tmp_path / "repo")])
-    assert str(e.value).startswith(
-        "error: --precision bf16: onnxruntime runs no bfloat16"
-    ) and "\n" not in str(e.value)
-    assert not (tmp_path / "repo").exists()
+    main(["--random-init", "3", "--amp", "bf16", "--repository", str(tmp_path / "bf16")])
+    assert sorted(p.name for p in (tmp_path / "bf16").iterdir()) == ["ssd300_torchscript"]
+    config = (tmp_path / "bf16" / "ssd300_torchscript" / "config.pbtxt").read_text()
+    assert 'key: "precision"' in config and 'string_value: "bf16"' in config
+    traced = torch.jit.load(str(tmp_path / "bf16" / "ssd300_torchscript" / "1" / "model.pt"))
+    assert {p.dtype for p in traced.parameters()} == {torch.bfloat16}
+    with pytest.raises(SystemExit, match="^error: onnxruntime runs no bfloat16 convolutions"):
+        export_onnx(build_inference_model(model, "bf16"), tmp_path / "bf16.onnx", postprocess=False)
+    with pytest.raises(SystemExit, match="^error: --precision was renamed: use --amp$"):
+        main(["--random-init", "3", "--precision", "fp16"])
 
 
 def test_python_backend_nms_equals_torch_postprocess():
@@ -165,6 +169,8 @@ def test_repository_served_by_tritonserver_gives_pytorch_boxes(model, images, tm
     for name in ("ssd300_onnx", "ssd300_decoded_onnx", "ssd300_python", "ssd300_torchscript"):
         parse_pbtxt((repo / name / "config.pbtxt").read_text())
     assert 'platform: "pytorch_libtorch"' in (repo / "ssd300_torchscript" / "config.pbtxt").read_text()
+    for name in ("ssd300_onnx", "ssd300_decoded_onnx", "ssd300_python", "ssd300_torchscript"):
+        assert 'string_value: "fp32"' in (repo / name / "config.pbtxt").read_text(), name
     inference = build_inference_model(model)
     served_file = torch.jit.load(str(repo / "ssd300_torchscript" / "1" / "model.pt"))
     with torch.no_grad():
