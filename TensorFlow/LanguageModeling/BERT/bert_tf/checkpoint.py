@@ -301,7 +301,7 @@ def unpack_google_zip(path) -> Path:
 def read_google_config(checkpoint) -> dict | None:
     """The bert_config.json beside a Google checkpoint (or inside its unpacked zip), if there is one."""
     path = Path(checkpoint)
-    folder = path.with_suffix("") if path.suffix == ".zip" else path.parent
+    folder = unpack_google_zip(path).parent if path.suffix == ".zip" else path.parent
     found = sorted(folder.rglob("bert_config.json")) if folder.is_dir() else []
     return json.loads(found[0].read_text()) if found else None
 

@@ -210,3 +210,24 @@ def test_bad_checkpoints_are_one_line_errors(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({}))
     with pytest.raises(SystemExit, match="not a checkpoint prefix"):
         load_weights(model, tmp_path / "config.json")
+
+
+def test_googles_zip_is_unpacked_once_and_its_config_read(tmp_path):
+    """The published layout: NAME.zip holding NAME/bert_model.ckpt.* and bert_config.json."""
+    import zipfile
+
+    from bert_tf.checkpoint import load_weights, read_google_config
+    from bert_tf.model import BertConfig, build_pretrainer
+
+    folder = tmp_path / "uncased_L-2_H-64_A-2"
+    folder.mkdir()
+    write_google_tf1_checkpoint(folder / "bert_model.ckpt", random_google_values(seed=5))
+    (folder / "bert_config.json").write_text(json.dumps(tiny_config().to_google()))
+    with zipfile.ZipFile(tmp_path / "google.zip", "w") as archive:
+        for file in folder.iterdir():
+            archive.write(file, f"uncased_L-2_H-64_A-2/{file.name}")
+    config = BertConfig.from_dict(read_google_config(tmp_path / "google.zip"))
+    assert config == tiny_config()
+    model = build_pretrainer(config, nsp=True)
+    assert load_weights(model, tmp_path / "google.zip") == {"missing": [], "unexpected": []}
+    assert (tmp_path / "google" / "uncased_L-2_H-64_A-2" / "bert_model.ckpt.index").is_file()
