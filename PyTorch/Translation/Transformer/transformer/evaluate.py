@@ -50,7 +50,11 @@ def load_model(path, device="cpu"):
         settings = {k: state[k] for k in ("model_recipe", "langs", "eval")}
         vocab_size = state["vocab_size"]
     model = build_model(settings["model_recipe"], vocab_size)
-    model.load_state_dict(state["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        reason = str(e).strip().splitlines()[-1][:200]
+        raise SystemExit(f"error: {path} does not fit its own model settings: {reason}") from None
     return model.to(device).eval(), settings
 
 
@@ -97,6 +101,10 @@ def main(argv=None) -> dict:
     from transformer.translate import translate_lines
 
     args = parse_args(build_parser(), argv)
+    if args.beam is not None and args.beam < 1:
+        raise SystemExit(f"error: --beam must be a positive integer, not {args.beam}")
+    if args.data_dir and not pathlib.Path(args.data_dir).is_dir():
+        raise SystemExit(f"error: data dir {args.data_dir} does not exist")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, settings = load_model(args.checkpoint, device)
     tokenizer = tokenizer_for(args.data_dir, args.checkpoint)

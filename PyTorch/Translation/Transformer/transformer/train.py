@@ -148,6 +148,17 @@ def read_split_text(data_dir, split: str, langs) -> tuple[list, list]:
     return read_parallel(data_dir / f"{split}.{langs[0]}", data_dir / f"{split}.{langs[1]}")
 
 
+def read_training_checkpoint(path) -> dict:
+    """A checkpoint.pt written by this training, loaded; a one-line SystemExit where it is not one."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - a truncated or foreign file: say which one, in one line
+        raise SystemExit(f"error: {path}: not a readable PyTorch checkpoint ({type(e).__name__})") from None
+    if not isinstance(state, dict) or state.get("kind") != "transformer-training":
+        raise SystemExit(f"error: {path} is not a Transformer training checkpoint")
+    return state
+
+
 def mlperf_log_path(results: pathlib.Path, resumed: bool) -> pathlib.Path:
     """mlperf.log for a new run; a resumed run writes mlperf_resume<N>.log (one run per file)."""
     if not resumed:
@@ -177,21 +188,26 @@ def main(argv=None) -> dict:
 
     args = parse_args(build_parser(), argv)
     recipe = recipe_from_args(args, {"target_bleu": "eval.target_bleu", "epochs": "train.epochs"})
+    results = pathlib.Path(args.results_dir)
+    resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
+    # Everything a run reads is checked before it writes anything into the results folder.
+    state = read_training_checkpoint(resume_from) if resume_from is not None else None
+    if not args.synthetic:
+        if not args.data_dir:
+            raise SystemExit("error: pass --data-dir (or set DATA_DIR), or --synthetic")
+        data_dir = pathlib.Path(args.data_dir)
+        if not data_dir.is_dir():
+            raise SystemExit(f"error: data dir {data_dir} does not exist")
+        load_tokenizer(data_dir)
     env, device = init_distributed(args.device)
     fast_math(device)
-    results = pathlib.Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
-    resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
     if args.synthetic:
         data_dir = results / "synthetic_data"
         if env.is_primary and not (data_dir / "meta.json").is_file():
             make_numbers(data_dir)
         if env.world_size > 1:
             dist.barrier()
-    elif args.data_dir:
-        data_dir = pathlib.Path(args.data_dir)
-    else:
-        raise SystemExit("error: pass --data-dir (or set DATA_DIR), or --synthetic")
     tokenizer = load_tokenizer(data_dir)
     data, train_cfg, opt_cfg, eval_cfg = recipe["data"], recipe["train"], recipe["optimizer"], recipe["eval"]
     langs = data["langs"]
@@ -212,11 +228,13 @@ def main(argv=None) -> dict:
     eval_split = eval_cfg["split"]
     eval_size = len(read_split_text(data_dir, eval_split, langs)[0])
     position = {"epoch": 1, "batch": 0, "step": 0, "best_bleu": 0.0}
-    if resume_from is not None:
-        state = torch.load(resume_from, map_location="cpu", weights_only=False)
-        if state.get("kind") != "transformer-training":
-            raise SystemExit(f"error: {resume_from} is not a Transformer training checkpoint")
-        model.load_state_dict(state["model"])
+    if state is not None:
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise SystemExit(
+                f"error: {resume_from} does not fit the recipe's model: {str(e).strip().splitlines()[-1][:200]}"
+            ) from None
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
