@@ -162,3 +162,18 @@ def test_no_copies_of_shared_helpers(model_dir):
         for match in SHARED_HELPERS.finditer(path.read_text())
     ]
     assert not copies, f"{model_id(model_dir)} defines its own copy of a zoo helper: {copies}"
+
+
+# Entry points every model's rows in the bad-input matrix (tests/test_bad_input.py) must cover.
+BAD_INPUT_SCRIPTS = ["train.sh", "evaluate.sh", "download_checkpoint.sh"]
+
+
+@pytest.mark.parametrize("model_dir", MODELS, ids=model_id)
+def test_bad_input_matrix_has_rows_for_the_model(model_dir):
+    from test_bad_input import ROWS
+
+    covered = {row.script for row in ROWS if row.model == model_id(model_dir)}
+    missing = [script for script in BAD_INPUT_SCRIPTS if script not in covered]
+    assert not missing, (
+        f"{model_id(model_dir)} has no rows in tests/test_bad_input.py for {missing}: add its bad inputs to ROWS"
+    )
