@@ -93,6 +93,18 @@ def main(argv=None):
         raise SystemExit(
             f"--inference-batch-sizes must be a comma list of integers: {args.inference_batch_sizes!r}"
         ) from None
+    counts = (
+        ("--batch-size", args.batch_size),
+        ("--image-size", args.image_size),
+        ("--num-classes", args.num_classes),
+    )
+    for flag, value in counts:
+        if value < 1:
+            raise SystemExit(f"error: {flag} must be a positive integer, not {value}")
+    if not sizes or min(sizes) < 1:
+        raise SystemExit(
+            f"error: --inference-batch-sizes must be positive integers, not {args.inference_batch_sizes!r}"
+        )
     gpus = parse_gpus(args.gpus)
     ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
     if args.amp == "fp16" and not gpus:

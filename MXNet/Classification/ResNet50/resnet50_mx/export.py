@@ -138,6 +138,10 @@ def main(argv=None):
     p.add_argument("--instance-kind", choices=["KIND_GPU", "KIND_CPU"], default="KIND_GPU", help="onnx model")
     p.add_argument("--num-classes", type=int, help="expected class count (checked against the checkpoint)")
     args = p.parse_args(argv)
+    for flag in ("image_size", "max_batch_size", "num_classes"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
 
     net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes)
     image_size = args.image_size or meta.get("image_size", 224)

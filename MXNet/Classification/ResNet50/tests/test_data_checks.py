@@ -239,12 +239,20 @@ def test_resume_with_other_class_count(trained):
         ("evaluate", "--image-size", 0),
         ("train", "--steps-per-epoch", 0),
         ("train", "--stop-after", -1),
+        ("benchmark", "--batch-size", -3),
+        ("benchmark", "--image-size", 0),
+        ("export", "--max-batch-size", 0),
     ],
 )
 def test_counts_must_be_positive(module, flag, value):
     import importlib
 
-    argv = ["--checkpoint", "x", "--data-dir", "y"] if module == "evaluate" else ["--recipe", str(RECIPE)]
+    argv = {
+        "evaluate": ["--checkpoint", "x", "--data-dir", "y"],
+        "train": ["--recipe", str(RECIPE)],
+        "benchmark": [],
+        "export": ["--checkpoint", "x"],
+    }[module]
     with pytest.raises(SystemExit) as e:
         importlib.import_module(f"resnet50_mx.{module}").main([*argv, flag, str(value)])
     assert str(e.value) == f"error: {flag} must be a positive integer, not {value}"
