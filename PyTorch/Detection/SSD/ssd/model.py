@@ -101,6 +101,26 @@ class SSD300(nn.Module):
         return torch.cat(locs, 1), torch.cat(confs, 1)
 
 
+@torch.no_grad()
+def estimate_batchnorm_statistics(model: nn.Module, batches, forward) -> None:
+    """Set every BatchNorm's running statistics to the plain average over ``forward(batch)`` for each
+    of ``batches``, run in training mode with the weights fixed (momenta restored afterwards).
+
+    After a short run (or none) the running averages lag far behind the weights and eval-mode
+    outputs are poor; averaging over fresh batches fixes that (long runs barely change).
+    """
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    momenta = [bn.momentum for bn in norms]
+    for bn in norms:
+        bn.reset_running_stats()
+        bn.momentum = None  # cumulative average
+    model.train()
+    for batch in batches:
+        forward(batch)
+    for bn, momentum in zip(norms, momenta, strict=True):
+        bn.momentum = momentum
+
+
 PRECISIONS = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 

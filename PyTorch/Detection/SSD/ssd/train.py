@@ -11,6 +11,7 @@ optimizer, scaler, schedule, epoch, RNG states).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from zoo.torch import autocast, close_distributed, init_distributed, seed_everyt
 
 from ssd.data import DaliLoader, SyntheticLoader, build_loader
 from ssd.evaluate import AsyncScorer, coco_map, detect_dataset
-from ssd.model import SSD300, build_inference_model, load_backbone_state
+from ssd.model import SSD300, build_inference_model, estimate_batchnorm_statistics, load_backbone_state
 from ssd.step import TrainStep, learning_rate
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
@@ -201,26 +202,14 @@ def load_backbone(model: SSD300, name_or_path: str, registry: str) -> None:
     print(f"backbone: {n} ResNet-50 tensors from {path}", file=sys.stderr)
 
 
-@torch.no_grad()
 def precise_batchnorm(model: torch.nn.Module, loader, batches: int, device, amp: str) -> None:
-    """Re-estimate BatchNorm running statistics as a plain average over ``batches`` training batches.
+    """Re-estimate BatchNorm running statistics as a plain average over ``batches`` training batches."""
 
-    After a short run the running averages lag far behind the weights, and eval-mode outputs are
-    poor; averaging over fresh batches with fixed weights fixes that (long runs barely change).
-    """
-    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
-    momenta = [bn.momentum for bn in bns]
-    for bn in bns:
-        bn.reset_running_stats()
-        bn.momentum = None  # cumulative average
-    model.train()
-    for i, batch in enumerate(loader):
-        if i >= batches:
-            break
+    def forward(batch) -> None:
         with autocast(device, amp):
             model(batch.to(device).images)
-    for bn, m in zip(bns, momenta, strict=True):
-        bn.momentum = m
+
+    estimate_batchnorm_statistics(model, itertools.islice(loader, batches), forward)
 
 
 def save_checkpoint(path: Path, **state) -> None:

@@ -60,3 +60,14 @@ def test_speed_keys_of_the_recipe_build_the_step():
     assert not step.compiled and not step.cuda_graphs
     with pytest.raises(SystemExit, match="compile_mode 'fast' is not one of default, reduce-overhead"):
         TrainStep(smoke_recipe(compile_mode="fast"), "cpu", steps_per_epoch=1, num_classes=4)
+
+
+def test_batchnorm_statistics_become_the_average_over_the_batches():
+    from ssd.model import estimate_batchnorm_statistics
+
+    norm = torch.nn.BatchNorm1d(2, momentum=0.3)
+    batches = [torch.tensor([[0.0, 1.0], [2.0, 3.0]]), torch.tensor([[4.0, 5.0], [6.0, 9.0]])]
+    estimate_batchnorm_statistics(norm, batches, norm)
+    torch.testing.assert_close(norm.running_mean, torch.tensor([3.0, 4.5]))  # mean of the batch means
+    torch.testing.assert_close(norm.running_var, torch.tensor([2.0, 5.0]))  # of the unbiased variances
+    assert norm.momentum == 0.3 and norm.training
