@@ -6,7 +6,7 @@
     python -m maskrcnn.benchmark --smoke --device cpu        # tiny sizes on a CPU: checks the path
 
 "ours" is the recipe (``--recipe``, default the 1-GPU COCO recipe, with ``--set KEY=VALUE`` overrides):
-its model built by maskrcnn.model, its ``speed`` section (channels_last, compile, cudnn_benchmark)
+its model built by maskrcnn.model, its ``speed`` section (compile, cudnn_benchmark)
 applied by ``prepare_for_speed``, and ``maskrcnn.train.train_step`` timed. torchvision's model runs
 the same step eagerly with cuDNN autotuning off, as torchvision's detection reference script does.
 

@@ -117,7 +117,6 @@ def model_from_recipe(recipe: dict, num_classes: int) -> MaskRCNN:
 def prepare_for_speed(model: MaskRCNN, recipe: dict, device) -> MaskRCNN:
     """Apply the recipe's ``speed`` section to ``model`` (already on ``device``), in place.
 
-    ``channels_last``: backbone and FPN in NHWC, cuDNN's native layout for bf16/fp16 convolutions.
     ``compile``: ``torch.compile`` the parts whose shapes do not change from step to step (backbone
     with FPN, RPN head, box head); the mask head sees a different number of regions every step and
     stays eager. Compiling in place keeps the state-dict keys, so checkpoints are unchanged.
@@ -129,8 +128,6 @@ def prepare_for_speed(model: MaskRCNN, recipe: dict, device) -> MaskRCNN:
     if torch.device(device).type != "cuda":
         return model
     torch.backends.cudnn.benchmark = bool(s.get("cudnn_benchmark", False))
-    if s.get("channels_last", False):
-        model.backbone.to(memory_format=torch.channels_last)
     if s.get("compile", False):
         for part in (model.backbone, model.rpn.head, model.roi_heads.box_head):
             part.compile()
