@@ -132,6 +132,17 @@ def test_tritonserver_reports_a_model_that_fails_to_load(tmp_path):
         TritonServer(repo).start()
 
 
+def test_start_failure_names_a_config_pbtxt_tritonserver_cannot_read(tmp_path):
+    model_dir = tmp_path / "repo" / "cut_off"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "config.pbtxt").write_text('name: "cut_off"\ninput [ { name: "images" dims: [ 3, 32 ')
+    with pytest.raises(RuntimeError) as failure:
+        TritonServer(tmp_path / "repo").start()
+    first = str(failure.value).splitlines()[0]
+    assert "Poll failed for model directory 'cut_off': failed to read text proto" in first, first
+    assert str(model_dir / "config.pbtxt") in first
+
+
 def test_start_failure_names_the_cause_on_the_first_line(tmp_path):
     repo = tmp_path / "repo"
     config = _embed_config("no_onnx")

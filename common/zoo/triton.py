@@ -273,11 +273,15 @@ class TritonServer:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def _startup_problem(self) -> str:
-        """The log's model failures (its status table's UNAVAILABLE rows) and its final error line."""
+        """The log's model failures (its status table's UNAVAILABLE rows, model directories it could not
+        read) and its final error line."""
         problems = []
         for line in self.log_path.read_text(errors="replace").splitlines():
             if row := re.fullmatch(r"\|\s*(\S+)\s*\|\s*(\d+)\s*\|\s*(UNAVAILABLE:.*?)\s*\|", line):
                 problems.append(f"model '{row[1]}' version {row[2]}: {row[3]}")
+            elif poll := re.search(r'\] "?(Poll failed for model directory .*?)"?$', line):
+                # a config.pbtxt Triton cannot read leaves no row in the status table
+                problems.append(poll[1])
             elif line.startswith("error:"):
                 problems.append(line.removeprefix("error:").strip())
         return "; ".join(problems) or "see the log"
