@@ -123,3 +123,20 @@ def test_deploy_scores_rows_and_its_load_mode_prints_a_table_without_errors(expo
     rows = [line.split() for line in printed[-2:]]
     assert [row[:3] for row in rows] == [["1", "8", "0"], ["2", "8", "0"]], result.stdout
     assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows), result.stdout
+
+
+def test_deploy_stopped_by_sigterm_leaves_no_server_running(exported, synthetic_dir):
+    import signal
+
+    from zoo.triton import signal_when_serving
+
+    command = ["bash", str(MODEL_DIR / "scripts" / "deploy_triton.sh"), "--repository", str(exported[0])]
+    command += ["--data-dir", str(synthetic_dir), "--rows", "2048", "--batch-size", "1"]
+    env = {**os.environ, "PYTHON": sys.executable}
+    run = signal_when_serving(command, signal.SIGTERM, ready_text="tritonserver ready", env=env, timeout=240)
+    assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
+    assert run.left_running == [], run.output[-3000:]
+    assert run.returncode != 0 and "served 2048 rows" not in run.output, (
+        "the signal came after the deploy ended"
+    )
+    assert "Traceback" not in run.output, run.output[-3000:]

@@ -142,3 +142,22 @@ def test_deploy_load_mode_prints_a_table_without_errors(model_and_source, tmp_pa
     rows = [line.split() for line in printed[-2:]]
     assert [row[:3] for row in rows] == [["1", "4", "0"], ["2", "4", "0"]], result.stdout
     assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows), result.stdout
+
+
+def test_deploy_stopped_by_sigterm_leaves_no_server_running(model_and_source, tmp_path):
+    import signal
+
+    from zoo.triton import signal_when_serving
+
+    model, tokenizer, lines, _ = model_and_source
+    repo = write_repository(model, tmp_path / "repo", tokenizer, beam=4)
+    source = tmp_path / "source.en"
+    source.write_text("\n".join(lines * 400) + "\n", encoding="utf-8")  # still translating when signalled
+    script = MODEL_DIR / "scripts" / "deploy_triton.sh"
+    command = ["bash", str(script), "--repository", str(repo), "--input", str(source), "--batch", "1"]
+    env = {**os.environ, "PYTHON": sys.executable}
+    run = signal_when_serving(command, signal.SIGTERM, env=env, timeout=240)
+    assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
+    assert run.left_running == [], run.output[-3000:]
+    assert run.returncode != 0, "the signal came after the deploy ended"
+    assert "Traceback" not in run.output, run.output[-3000:]
