@@ -529,8 +529,18 @@ ROWS: list[Row] = [
                 "foreign-checkpoint",
                 ["--checkpoint", "{foreign}", "--model-repository", "{results}/repo"],
                 "is not an MXNet parameter file",
-            )
+            ),
+            (
+                "max-batch-size-0",
+                ["--checkpoint", "{text}", "--model-repository", "{results}/repo", "--max-batch-size", "0"],
+                "--max-batch-size must be a positive integer",
+            ),
         ],
+    ),
+    *rows_for(
+        MX_R50,
+        "benchmark.sh",
+        [("batch-size-0", ["--batch-size", "0"], "--batch-size must be a positive integer")],
     ),  # fmt: skip
     *rows_for(
         MX_R50,
