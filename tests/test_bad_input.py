@@ -175,13 +175,6 @@ ROWS: list[Row] = [
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
             ("missing-data", [*R50_TRAIN, "--data-dir", "{missing}"], "no_such_path"),
-            ("init-text", [*R50_TRAIN, "--synthetic", "--init-checkpoint", "{text}"], "notes.txt"),
-            (
-                "init-foreign",
-                [*R50_TRAIN, "--synthetic", "--init-checkpoint", "{foreign}"],
-                "resnet18_checkpoint.pt",
-            ),
-            ("resume-text", [*R50_TRAIN, "--synthetic", "--resume", "{text}"], "notes.txt"),
         ],
     ),  # fmt: skip
     *rows_for(
@@ -203,27 +196,6 @@ ROWS: list[Row] = [
                     "cpu",
                 ],
                 "notes.txt",
-            ),
-            (
-                "foreign-checkpoint",
-                [
-                    "--checkpoint",
-                    "{foreign}",
-                    "--data-backend",
-                    "synthetic",
-                    "--num-classes",
-                    "10",
-                    "--image-size",
-                    "32",
-                    "--device",
-                    "cpu",
-                ],
-                "resnet18_checkpoint.pt",
-            ),
-            (
-                "missing-data",
-                ["--checkpoint", "{foreign}", "--data-dir", "{missing}", "--device", "cpu"],
-                "no_such_path",
             ),
         ],
     ),  # fmt: skip
@@ -268,7 +240,6 @@ ROWS: list[Row] = [
                 "batch_size must be a positive integer",
             ),
             ("epochs-0", [*SSD_TRAIN, "--synthetic", "--epochs", "0"], "epochs must be a positive integer"),
-            ("steps-0", [*SSD_TRAIN, "--synthetic", "--steps", "0"], "steps"),
             ("amp-none", [*SSD_TRAIN, "--synthetic", "--amp", "none"], "use --amp fp32"),
             (
                 "checkpoint-without-resume",
@@ -277,12 +248,6 @@ ROWS: list[Row] = [
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
             ("missing-data", [*SSD_TRAIN, "--data-dir", "{missing}"], "no_such_path"),
-            ("resume-text", [*SSD_TRAIN, "--synthetic", "--resume", "{text}"], "notes.txt"),
-            (
-                "resume-foreign",
-                [*SSD_TRAIN, "--synthetic", "--resume", "{foreign}"],
-                "resnet18_checkpoint.pt",
-            ),
         ],
     ),  # fmt: skip
     *rows_for(
@@ -299,7 +264,6 @@ ROWS: list[Row] = [
                 ["--checkpoint", "{foreign}", "--data-dir", "{coco}", "--split", "val"],
                 "resnet18_checkpoint.pt",
             ),
-            ("missing-data", ["--checkpoint", "{foreign}", "--data-dir", "{missing}"], "no_such_path"),
         ],
     ),  # fmt: skip
     *rows_for(
