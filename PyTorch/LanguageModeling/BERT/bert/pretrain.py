@@ -452,10 +452,12 @@ def train(
                     dist.all_reduce(value)
                     value /= env.world_size
             n = window_steps
+            loss_value, mlm_value = loss_sum.item() / n, mlm_sum.item() / n
+            # after .item(): the device has finished the window's steps, which the host ran ahead of
             elapsed = time.perf_counter() - window_start
             metrics = {
-                "loss": loss_sum.item() / n,
-                "mlm_loss": mlm_sum.item() / n,
+                "loss": loss_value,
+                "mlm_loss": mlm_value,
                 "lr": step_fn.schedule.get_last_lr()[0],
                 "sequences_per_s": window_sequences / elapsed,
             }
