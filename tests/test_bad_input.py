@@ -248,6 +248,17 @@ ROWS: list[Row] = [
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
             ("missing-data", [*SSD_TRAIN, "--data-dir", "{missing}"], "no_such_path"),
+            ("steps-0", [*SSD_TRAIN, "--synthetic", "--steps", "0"], "--steps must be a positive integer"),
+            (
+                "resume-text",
+                [*SSD_TRAIN, "--synthetic", "--resume", "{text}"],
+                ("notes.txt", "is not an SSD training checkpoint"),
+            ),
+            (
+                "resume-foreign",
+                [*SSD_TRAIN, "--synthetic", "--resume", "{foreign}"],
+                ("resnet18_checkpoint.pt", "is not an SSD training checkpoint"),
+            ),
         ],
     ),  # fmt: skip
     *rows_for(

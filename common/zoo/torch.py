@@ -181,3 +181,24 @@ def check_replicas_agree(model, env: DistEnv | None = None) -> None:
         raise SystemExit(f"error: weights differ across the {env.world_size} ranks")
     if env.is_primary:
         print(f"weights identical on all {env.world_size} ranks", flush=True)
+
+
+def load_training_checkpoint(path, needed, what: str, flag: str = "--resume") -> dict:
+    """A training checkpoint (``torch.save`` of a dict) loaded on the CPU, for ``flag PATH``.
+
+    A file that cannot be unpickled (text, truncated, another format) or a dict without every key of
+    ``needed`` ends in one line: ``error: --resume PATH is not <what> (...)``, ``what`` with its
+    article ("an SSD training checkpoint"). Call it before the results folder is written, so a wrong
+    file leaves nothing behind.
+    """
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to a user
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise SystemExit(f"error: {flag} {path} is not {what} (cannot be read: {reason})") from None
+    missing = sorted(set(needed) - set(state)) if isinstance(state, dict) else sorted(needed)
+    if missing:
+        raise SystemExit(f"error: {flag} {path} is not {what} (no {', '.join(missing)})")
+    return state

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import zoo.cli
 from zoo.rng import rng_state, set_rng_state
-from zoo.torch import autocast, close_distributed, init_distributed, seed_everything
+from zoo.torch import autocast, close_distributed, init_distributed, load_training_checkpoint, seed_everything
 
 from ssd.data import DaliLoader, SyntheticLoader, build_loader
 from ssd.evaluate import AsyncScorer, coco_map, detect_dataset
@@ -28,6 +28,8 @@ from ssd.model import SSD300, build_inference_model, estimate_batchnorm_statisti
 from ssd.step import TrainStep, learning_rate
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
+# What a checkpoint.pt of this training holds; --resume refuses a file without them.
+RESUME_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "rng")
 # The backbone weights --backbone NAME starts from are listed in this model's own registry.
 DEFAULT_REGISTRY = MODEL_DIR / "checkpoints.yaml"
 
@@ -90,7 +92,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--log-every", type=int, default=20)
     argv = list(sys.argv[1:] if argv is None else argv)
     reject_resume_switch(argv)
-    return zoo.cli.parse_args(p, argv)
+    a = zoo.cli.parse_args(p, argv)
+    if a.steps is not None and a.steps < 1:
+        raise SystemExit(f"error: --steps must be a positive integer, not {a.steps}")
+    return a
 
 
 def reject_resume_switch(argv: list[str]) -> None:
@@ -263,7 +268,13 @@ def train(a: argparse.Namespace) -> dict:
     if not a.synthetic:
         data_root(a)  # before the MLPerf log is opened: a mistyped path leaves no results folder behind
     env, device = init_distributed(a.device)
-    state = torch.load(resume_from, map_location="cpu", weights_only=False) if resume_from else None
+    state = (
+        load_training_checkpoint(
+            resume_from, RESUME_KEYS, "an SSD training checkpoint (ssd.train's checkpoint.pt)"
+        )
+        if resume_from
+        else None
+    )
     if state is not None and env.is_primary:
         print(f"resuming from {resume_from} at epoch {state['epoch']}", file=sys.stderr)
     mlperf_path = mlperf_log_path(results_dir, state["epoch"] if state else 0)
@@ -287,7 +298,7 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
     )
     steps_per_epoch = len(train_loader) if a.steps is None else min(a.steps, len(train_loader))
     if steps_per_epoch == 0:
-        raise SystemExit(f"no full batch of {r['batch_size']} per process in the training set")
+        raise SystemExit(f"error: no full batch of {r['batch_size']} per process in the training set")
 
     model = SSD300(num_classes=num_classes)
     if a.backbone:
