@@ -175,6 +175,13 @@ ROWS: list[Row] = [
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
             ("missing-data", [*R50_TRAIN, "--data-dir", "{missing}"], "no_such_path"),
+            ("init-text", [*R50_TRAIN, "--synthetic", "--init-checkpoint", "{text}"], "notes.txt"),
+            (
+                "init-foreign",
+                [*R50_TRAIN, "--synthetic", "--init-checkpoint", "{foreign}"],
+                ("resnet18_checkpoint.pt", "does not fit ResNet-50"),
+            ),
+            ("resume-text", [*R50_TRAIN, "--synthetic", "--resume", "{text}"], "notes.txt"),
         ],
     ),  # fmt: skip
     *rows_for(
@@ -196,6 +203,22 @@ ROWS: list[Row] = [
                     "cpu",
                 ],
                 "notes.txt",
+            ),
+            (
+                "foreign-checkpoint",
+                [
+                    "--checkpoint",
+                    "{foreign}",
+                    "--data-backend",
+                    "synthetic",
+                    "--num-classes",
+                    "10",
+                    "--image-size",
+                    "32",
+                    "--device",
+                    "cpu",
+                ],
+                ("resnet18_checkpoint.pt", "does not fit ResNet-50"),
             ),
         ],
     ),  # fmt: skip

@@ -106,7 +106,11 @@ def load_weights(
                 "(set --num-classes to match, or --reset-classifier to fine-tune on new classes)"
             )
         state = {k: v for k, v in state.items() if not k.startswith("fc.")}
-    result = model.load_state_dict(state, strict=False)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # tensors of other shapes: another network under the same names
+        first = str(e).strip().splitlines()[-1].strip()[:160]
+        raise CheckpointError(f"checkpoint {path} does not fit ResNet-50 v1.5: {first}") from None
     missing = [k for k in result.missing_keys if not (reset_classifier and k.startswith("fc."))]
     if missing or result.unexpected_keys:
         raise CheckpointError(

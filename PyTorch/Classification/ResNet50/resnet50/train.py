@@ -274,6 +274,19 @@ def train(args) -> dict:
         synthetic_batches=args.steps_per_epoch or 100,
     )
     classes = None if cfg.backend == "synthetic" else check_layout(cfg.data_dir, num_classes)
+    # Weights to start from and the state to resume are read here too, before anything is written.
+    model = build_model(recipe)
+    weights = resolve_weights(args.pretrained, args.init_checkpoint)
+    if weights is not None:
+        load_weights(model, weights, reset_classifier=args.reset_classifier)
+    state = None
+    if resume_path is not None:
+        state = read_checkpoint(resume_path, trusted=True)
+        if not isinstance(state, dict) or "optimizer" not in state:
+            raise CheckpointError(
+                f"{resume_path} holds no training state of resnet50.train (weights alone go to --init-checkpoint)"
+            )
+        load_weights(model, resume_path, trusted=True)
     # The MLPerf log starts once the command line, the recipe and the data folder have passed their
     # checks: bad input ends in one line and writes nothing into RESULTS_DIR.
     mlperf_path = mlperf_log_path(results_dir, resume_path is not None) if primary else None
@@ -289,10 +302,6 @@ def train(args) -> dict:
     total_steps = epochs * steps_per_epoch
     global_batch = cfg.batch_size * env.world_size
 
-    model = build_model(recipe)
-    weights = resolve_weights(args.pretrained, args.init_checkpoint)
-    if weights is not None:
-        load_weights(model, weights, reset_classifier=args.reset_classifier)
     # the step benchmark.py times: optimizer, loss, precision, DDP and compilation from the recipe
     step = build_train_step(recipe, device, world_size=env.world_size, model=model)
     optimizer, scaler, peak_lr = step.optimizer, step.scaler, step.peak_lr
@@ -300,13 +309,7 @@ def train(args) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, warmup_steps))
 
     start_epoch, start_batch, global_step, best_top1 = 0, 0, 0, 0.0
-    if resume_path is not None:
-        state = read_checkpoint(resume_path, trusted=True)
-        if "optimizer" not in state:
-            raise CheckpointError(
-                f"{resume_path} holds weights only, not a training state (use --init-checkpoint)"
-            )
-        load_weights(model, resume_path, trusted=True)
+    if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
