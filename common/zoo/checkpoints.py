@@ -294,6 +294,30 @@ def remove_stale_temps(directory) -> list[pathlib.Path]:
     return stale
 
 
+def unpack_bert_tf_zip(path) -> pathlib.Path:
+    """Extract Google's BERT ``NAME.zip`` beside it as ``NAME/`` (once, renamed into place when whole)
+    and return its ``bert_model.ckpt`` prefix; :class:`CheckpointError` for a bad or foreign zip."""
+    import shutil
+    import zipfile
+
+    path = pathlib.Path(path)
+    out = path.with_suffix("")
+    if not out.is_dir():
+        partial = out.parent / (out.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        try:
+            with zipfile.ZipFile(path) as archive:
+                archive.extractall(partial)
+        except zipfile.BadZipFile:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise CheckpointError(f"{path} is not a zip archive") from None
+        partial.replace(out)
+    prefixes = sorted(out.rglob("bert_model.ckpt.index"))
+    if not prefixes:
+        raise CheckpointError(f"{path} holds no bert_model.ckpt (expected Google's BERT zip layout)")
+    return prefixes[0].with_suffix("")
+
+
 def download(
     url, *, sha256=None, size=None, dest=None, cache_dir=None, progress=True, timeout=60, file_format=None
 ) -> pathlib.Path:

@@ -185,9 +185,9 @@ def read_state_dict(path: str | Path) -> dict:
     TF variables, a TensorFlow checkpoint prefix, or Google's BERT .zip (the last two need tensorflow)."""
     path = Path(path)
     if path.suffix == ".zip":
-        from bert.checkpoints import unpack_tf_zip
+        from zoo.checkpoints import unpack_bert_tf_zip
 
-        path = unpack_tf_zip(path)
+        path = unpack_bert_tf_zip(path)
     if path.suffix == ".index" or Path(str(path) + ".index").exists():
         return _read_tf_checkpoint(str(path.with_suffix("")) if path.suffix == ".index" else str(path))
     if not path.is_file():

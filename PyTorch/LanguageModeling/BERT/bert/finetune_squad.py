@@ -24,7 +24,16 @@ from zoo.checkpoints import CheckpointError, atomic_write
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args
 from zoo.cli import parse_args as parse_cli_args
 from zoo.log import MetricsLogger
-from zoo.squad import best_spans, evaluate_predictions, make_features, read_squad
+from zoo.squad import (
+    DEV_FILE,
+    TRAIN_FILE,
+    best_spans,
+    check_target_f1,
+    complete_squad_args,
+    evaluate_predictions,
+    make_features,
+    read_squad,
+)
 from zoo.torch import (
     autocast,
     close_distributed,
@@ -43,7 +52,6 @@ from bert.lamb import warmup_poly_schedule
 from bert.model import BertConfig, BertForQuestionAnswering, bert_config
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-TRAIN_FILE, DEV_FILE = "train-v1.1.json", "dev-v1.1.json"  # as scripts/download_data.sh squad writes them
 # flag -> recipe key; a flag left unset keeps the recipe's value (zoo.cli maps --amp to amp)
 FLAG_KEYS = {
     "model": "model",
@@ -84,25 +92,12 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int)
     p.add_argument("--device", default=None)
     args = parse_cli_args(p, argv)
-    if args.data_dir:
-        args.train_file = args.train_file or str(Path(args.data_dir) / TRAIN_FILE)
-        args.predict_file = args.predict_file or str(Path(args.data_dir) / DEV_FILE)
-    if not (args.do_train or args.do_predict):
-        p.error("give --do-train and/or --do-predict")
-    if args.do_train and not args.train_file:
-        p.error("--do-train needs --train-file or --data-dir")
-    if args.do_predict and not args.predict_file:
-        p.error("--do-predict needs --predict-file or --data-dir")
-    return args
+    return complete_squad_args(p, args)
 
 
 def build_recipe(args) -> dict:
     recipe = recipe_from_args(args, FLAG_KEYS)
-    target = recipe.get("target_f1")
-    if target is not None and not 1 < target <= 100:
-        raise SystemExit(f"error: target_f1 {target} is not a percentage in (1, 100] (e.g. 90.5)")
-    if target is not None and not args.do_predict:
-        raise SystemExit("error: --target-f1 needs --do-predict (F1 is measured on the dev set)")
+    check_target_f1(recipe, args.do_predict)
     return recipe
 
 

@@ -164,18 +164,17 @@ def test_download_checkpoint_lists_the_registry():
 def test_google_zip_unpacks_to_its_checkpoint_prefix(tmp_path):
     import zipfile
 
-    from bert.checkpoints import unpack_tf_zip
-    from zoo.checkpoints import CheckpointError
+    from zoo.checkpoints import CheckpointError, unpack_bert_tf_zip
 
     archive = tmp_path / "uncased_L-2_H-128_A-2.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         for name in ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001", "vocab.txt"):
             zf.writestr(f"uncased_L-2_H-128_A-2/{name}", name)
-    prefix = unpack_tf_zip(archive)
+    prefix = unpack_bert_tf_zip(archive)
     assert prefix == tmp_path / "uncased_L-2_H-128_A-2" / "uncased_L-2_H-128_A-2" / "bert_model.ckpt"
     assert (prefix.parent / "vocab.txt").read_text() == "vocab.txt"
-    assert unpack_tf_zip(archive) == prefix  # already unpacked: the same prefix, nothing extracted again
+    assert unpack_bert_tf_zip(archive) == prefix  # already unpacked: the same prefix, nothing extracted again
     (tmp_path / "bad.zip").write_text("<html>Not Found</html>")
     with pytest.raises(CheckpointError, match="not a zip archive"):
-        unpack_tf_zip(tmp_path / "bad.zip")
+        unpack_bert_tf_zip(tmp_path / "bad.zip")
     assert not (tmp_path / "bad").exists() and not (tmp_path / "bad.partial").exists()

@@ -277,25 +277,13 @@ def read_weights(path) -> dict[str, np.ndarray]:
 
 
 def unpack_google_zip(path) -> Path:
-    """Extract ``NAME.zip`` beside it (once, renamed into place); return its ``bert_model.ckpt`` prefix."""
-    import shutil
+    """Google's ``NAME.zip`` extracted beside it (zoo.checkpoints.unpack_bert_tf_zip); its checkpoint prefix."""
+    from zoo.checkpoints import CheckpointError, unpack_bert_tf_zip
 
-    path = Path(path)
-    out = path.with_suffix("")
-    if not out.is_dir():
-        partial = out.parent / (out.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        try:
-            with zipfile.ZipFile(path) as archive:
-                archive.extractall(partial)
-        except zipfile.BadZipFile:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise SystemExit(f"error: {path} is not a zip archive") from None
-        partial.replace(out)
-    found = sorted(out.rglob("bert_model.ckpt.index"))
-    if not found:
-        raise SystemExit(f"error: {path} holds no bert_model.ckpt (Google's BERT zip layout expected)")
-    return found[0].with_suffix("")
+    try:
+        return unpack_bert_tf_zip(path)
+    except CheckpointError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def read_google_config(checkpoint) -> dict | None:

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args
 from zoo.cli import parse_args as parse_shared_args
+from zoo.squad import DEV_FILE, TRAIN_FILE, check_target_f1, complete_squad_args
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
-TRAIN_FILE, DEV_FILE = "train-v1.1.json", "dev-v1.1.json"  # as scripts/download_data.sh squad writes them
 PRECISIONS = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
 INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 FLAG_KEYS = {
@@ -70,25 +70,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int)
     p.add_argument("--distribution", default="auto", help="auto, default or mirrored")
     args = parse_shared_args(p, argv)
-    if args.data_dir:
-        args.train_file = args.train_file or str(Path(args.data_dir) / TRAIN_FILE)
-        args.predict_file = args.predict_file or str(Path(args.data_dir) / DEV_FILE)
-    if not (args.do_train or args.do_predict):
-        p.error("give --do-train and/or --do-predict")
-    if args.do_train and not args.train_file:
-        p.error("--do-train needs --train-file or --data-dir")
-    if args.do_predict and not args.predict_file:
-        p.error("--do-predict needs --predict-file or --data-dir")
-    return args
+    return complete_squad_args(p, args)
 
 
 def build_recipe(args) -> dict:
     recipe = recipe_from_args(args, FLAG_KEYS)
-    target = recipe.get("target_f1")
-    if target is not None and not 1 < target <= 100:
-        raise SystemExit(f"error: target_f1 {target} is not a percentage in (1, 100] (e.g. 90.5)")
-    if target is not None and not args.do_predict:
-        raise SystemExit("error: --target-f1 needs --do-predict (F1 is measured on the dev set)")
+    check_target_f1(recipe, args.do_predict)
     if recipe.get("amp", "fp32") not in PRECISIONS:
         raise SystemExit(f"error: recipe amp {recipe['amp']!r} is not one of {', '.join(PRECISIONS)}")
     return recipe
