@@ -38,6 +38,7 @@ from zoo.torch import (
 
 from resnet50.checkpoints import load_weights, read_checkpoint, resolve_weights
 from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
+from resnet50.data.verify import check_split
 from resnet50.step import COMPILE_MODES, build_model, build_train_step, recipe_levers
 
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
@@ -274,6 +275,10 @@ def train(args) -> dict:
         synthetic_batches=args.steps_per_epoch or 100,
     )
     classes = None if cfg.backend == "synthetic" else check_layout(cfg.data_dir, num_classes)
+    if classes is not None and primary:
+        # every validation image decoded now (those manifest.json does not vouch for): a corrupt one
+        # ends the run here, not after an epoch of training
+        check_split(cfg.data_dir, "val", classes)
     # Weights to start from and the state to resume are read here too, before anything is written.
     model = build_model(recipe)
     weights = resolve_weights(args.pretrained, args.init_checkpoint)

@@ -12,6 +12,9 @@ Usage:
   scripts/download_data.sh --digits [--data-dir DIR] [--image-size N]
                                                   build the small digits image folder (10 classes, N px, default 32)
   scripts/download_data.sh --synthetic            nothing to download (train with --data-backend synthetic)
+  scripts/download_data.sh --verify [--data-dir DIR]
+                                                  decode every image of DIR/{train,val} once and write DIR/manifest.json
+                                                  (training decodes the val images the manifest does not vouch for)
 
 --data-dir defaults to $DATA_DIR; it is the folder train.sh and evaluate.sh then read (--data-dir).
 ImageNet's licence does not allow redistribution: download ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar
@@ -29,6 +32,7 @@ while [[ $# -gt 0 ]]; do
     -h|--help) usage; exit 0 ;;
     --synthetic) ACTION=synthetic; shift ;;
     --digits) ACTION=digits; shift ;;
+    --verify) ACTION=verify; shift ;;
     --imagenet) ACTION=imagenet; TARS="${2:?--imagenet needs the folder holding the tarballs}"; shift 2 ;;
     --data-dir) OUT="${2:?--data-dir needs a folder}"; shift 2 ;;
     --image-size) SIZE="${2:?--image-size needs a number}"; shift 2 ;;
@@ -49,5 +53,8 @@ case "${ACTION}" in
     done
     exec "${PYTHON}" -m zoo.imagenet --train-tar "${TARS}/ILSVRC2012_img_train.tar" \
       --val-tar "${TARS}/ILSVRC2012_img_val.tar" --devkit "${TARS}/ILSVRC2012_devkit_t12.tar.gz" --out-dir "${OUT}" --md5 ;;
+  verify)
+    [[ -n "${OUT}" ]] || { echo "error: give --data-dir DIR (or set DATA_DIR)" >&2; exit 2; }
+    exec "${PYTHON}" -m resnet50.data.verify --data-dir "${OUT}" ;;
   *) usage >&2; exit 1 ;;
 esac

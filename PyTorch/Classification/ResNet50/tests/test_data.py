@@ -1,8 +1,9 @@
 import shutil
+import subprocess
 
 import pytest
 import torch
-from r50_testutil import assert_one_line_error, run_module
+from r50_testutil import MODEL_DIR, assert_one_line_error, model_env, run_module
 from resnet50.data import DataConfig, DataError, ShardedSampler, build_loader, check_layout
 
 
@@ -74,6 +75,49 @@ def test_corrupt_jpeg_is_one_line_naming_the_file(tmp_path, digits16):
         "--image-size", 16, "--batch-size", 1500, "--workers", 1, "--epochs", 1, "--steps-per-epoch", 1,
     )  # fmt: skip
     assert_one_line_error(result, "zz_corrupt.jpg")
+
+
+def test_a_corrupt_validation_image_ends_training_at_start_up(tmp_path, digits16):
+    data = tmp_path / "data"
+    shutil.copytree(digits16, data)
+    (data / "val" / "7" / "zz_broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut short")
+    result = run_module(
+        "resnet50.train", "--recipe", "configs/digits_cpu.yaml", "--data-dir", data, "--results-dir", tmp_path / "r",
+        "--image-size", 16, "--workers", 1, "--epochs", 1,
+    )  # fmt: skip
+    assert_one_line_error(result, "zz_broken.jpg")
+    assert not (tmp_path / "r").exists()  # found before any training step or file was written
+
+
+def test_verify_writes_a_manifest_that_training_trusts_until_a_file_changes(tmp_path, digits16):
+    from resnet50.data.verify import check_split, verify
+    from zoo.manifest import DataManifest
+
+    data = tmp_path / "data"
+    shutil.copytree(digits16, data)
+    classes = check_layout(data)
+    images = sorted(p for p in data.rglob("*") if p.suffix in (".jpg", ".png"))
+    assert check_split(data, "val", classes) == len(list((data / "val").rglob("*.*")))  # no manifest yet
+    verify(data)
+    manifest = DataManifest.read(data)
+    assert len(manifest.files) == len(images) and all(manifest.lookup(p) for p in images)
+    assert check_split(data, "val", classes) == 0  # every image vouched for: none decoded again
+    changed = next(iter((data / "val").rglob("*.*")))
+    changed.write_bytes(changed.read_bytes() + b"\0")
+    assert check_split(data, "val", classes) == 1  # only the changed file is decoded again
+
+
+def test_verify_names_a_corrupt_image_and_writes_no_manifest(tmp_path, digits16):
+    data = tmp_path / "data"
+    shutil.copytree(digits16, data)
+    (data / "train" / "2" / "zz_bad.jpg").write_bytes(b"not an image at all")
+    result = subprocess.run(
+        ["bash", "scripts/download_data.sh", "--verify", "--data-dir", str(data)],
+        capture_output=True, text=True, cwd=MODEL_DIR, env=model_env(), timeout=300,
+    )  # fmt: skip
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "zz_bad.jpg" in result.stderr.strip().splitlines()[-1]
+    assert not (data / "manifest.json").exists()
 
 
 @pytest.mark.parametrize("split", ["train", "val"])
