@@ -60,6 +60,18 @@ def test_resume_default_refuses_to_overwrite_a_checkpoint(tmp_path):
         resolve_resume(str(tmp_path / "missing.pt"), checkpoint)
 
 
+def test_resume_removes_what_a_killed_checkpoint_write_left(tmp_path, capsys):
+    checkpoint = tmp_path / "checkpoint.pt"
+    checkpoint.write_bytes(b"ten steps of work")
+    stale = tmp_path / ".checkpoint.pt.k3j9x2ab.tmp"  # the name zoo.checkpoints.atomic_write gives
+    stale.write_bytes(b"half a checkpoint")
+    other = tmp_path / "notes.tmp"  # not atomic_write's: kept
+    other.write_text("mine")
+    assert resolve_resume("auto", checkpoint) == checkpoint
+    assert not stale.exists() and other.exists() and checkpoint.read_bytes() == b"ten steps of work"
+    assert str(stale) in capsys.readouterr().err
+
+
 def test_parameter_groups_exempt_biases_and_norms():
     torch = pytest.importorskip("torch")
     from zoo.torch import parameter_groups

@@ -130,8 +130,14 @@ def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathli
     ``checkpoint`` is where this run writes its own (RESULTS_DIR/<name>). ``auto`` takes it when it
     exists; ``none`` starts over; a path must exist. Not given (None) starts over, but refuses a
     results folder that already holds a checkpoint, so that no finished work is overwritten.
+    Temporary files that a run killed mid-write left beside ``checkpoint`` are removed first.
     """
+    from zoo.checkpoints import remove_stale_temps
+
     checkpoint = pathlib.Path(checkpoint)
+    # A run killed while writing a checkpoint left its temporary file (zoo.checkpoints.atomic_write).
+    for stale in remove_stale_temps(checkpoint.parent):
+        print(f"removed {stale}, left by a run killed while writing it", file=sys.stderr)
     if resume is None:
         if checkpoint.exists():
             raise SystemExit(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from zoo.checkpoints import CheckpointError, atomic_write, remove_stale_temps
+from zoo.checkpoints import CheckpointError, atomic_write
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_cli_args
 from zoo.log import MetricsLogger
@@ -340,9 +340,6 @@ def main(argv=None) -> None:
     if recipe.get("target_mlm_accuracy") is not None and eval_batches is None:
         raise SystemExit("error: --target-mlm-accuracy needs prepared data (--data-dir), not --synthetic")
     init_state, resumed = read_start_weights(recipe, vocab_size, args.init_checkpoint, resume_from)
-    if env.is_primary:
-        for stale in remove_stale_temps(results):
-            print(f"removed {stale}, left by a run killed while writing it", flush=True)
     log_path = mlperf_log_path(results, resumed=resume_from is not None, primary=env.is_primary)
     with MLPerfLogger(log_path, "bert", enabled=env.is_primary) as mlperf:
         mlperf.cache_clear(False)  # the record the rules ask for; dropping the page cache needs root
