@@ -5,8 +5,12 @@ and beam-search translation sentences/s, measured with zoo.bench.measure; a JSON
     python -m transformer.benchmark --recipe configs/numbers_cpu.yaml --vocab-size 400 --batch-size 8 --seq-len 16
 
 Both training steps take the same random batch (B sentences of S source and S target tokens), the
-same Adam settings and the same autocast; ours is transformer.train.train_step on the recipe's model.
-The report lists each measurement and the ratio ours / Marian.
+same Adam settings and the same autocast. Ours is transformer.train.train_step on the recipe's model
+with the recipe's levers (``model.fused_qkv``, ``model.fused_cross_kv``, ``train.compile``,
+``optimizer.fused``; ``--set`` turns one off). Marian is Hugging Face's step as its users run it fast:
+SDPA attention, ``torch.compile`` (default mode) and fused Adam on a GPU; eager with plain Adam on the
+CPU (``--marian-eager`` forces that everywhere). The report lists each measurement and the ratio
+ours / Marian.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ def random_batch(batch: int, length: int, vocab_size: int, seed: int = 0) -> dic
 
 
 def marian_model(model_recipe: dict, vocab_size: int):
-    """MarianMTModel with our dimensions: shared embeddings, sinusoidal positions, ReLU, no biases on logits."""
+    """MarianMTModel with our dimensions (shared embeddings, sinusoidal positions, ReLU), SDPA attention."""
     from transformers import MarianConfig, MarianMTModel
 
     from transformer.model import ModelConfig
@@ -56,7 +60,7 @@ def marian_model(model_recipe: dict, vocab_size: int):
         decoder_start_token_id=BOS,
         forced_eos_token_id=EOS,
     )
-    return MarianMTModel(config)
+    return MarianMTModel._from_config(config, attn_implementation="sdpa")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--no-marian", action="store_true", help="skip the Hugging Face comparison")
+    parser.add_argument(
+        "--marian-eager",
+        action="store_true",
+        help="run Marian eagerly with plain Adam (default: compiled with fused Adam on a GPU)",
+    )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda where available)")
     parser.add_argument("--output", default=None, help="the JSON report (default RESULTS_DIR/benchmark.json)")
     return parser
@@ -87,7 +96,7 @@ def main(argv=None) -> dict:
     from zoo.cli import parse_args, recipe_from_args
     from zoo.torch import autocast, fast_math, grad_scaler
 
-    from transformer.train import inverse_sqrt, train_step
+    from transformer.train import build_optimizer, compile_mode, inverse_sqrt, train_step, training_net
     from transformer.translate import translate_ids
 
     args = parse_args(build_parser(), argv)
@@ -101,24 +110,22 @@ def main(argv=None) -> dict:
     adam = {"lr": opt["lr"], "betas": tuple(opt["betas"]), "eps": opt["eps"]}
     results = []
 
+    levers = {
+        "fused_qkv": recipe["model"].get("fused_qkv", False),
+        "fused_cross_kv": recipe["model"].get("fused_cross_kv", False),
+        "compile": compile_mode(recipe["train"]["compile"]),
+        "fused_adam": opt["fused"],
+    }
+    print(f"ours: {', '.join(f'{k} {v}' for k, v in levers.items())}")
     torch.manual_seed(0)
     ours = build_model(recipe["model"], args.vocab_size).to(device).train()
-    optimizer = torch.optim.Adam(ours.parameters(), **adam)
+    net = training_net(ours, recipe, device)
+    optimizer = build_optimizer(ours, opt)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(opt["warmup_steps"]))
     scaler = grad_scaler(device, amp)
 
     def ours_step():
-        train_step(
-            ours,
-            [batch],
-            optimizer,
-            scheduler,
-            scaler,
-            device=device,
-            amp=amp,
-            smoothing=recipe["train"]["label_smoothing"],
-            clip_norm=0.0,
-        )
+        train_step(net, [batch], optimizer, scheduler, scaler, device=device, amp=amp, clip_norm=0.0)
 
     timing = measure(
         ours_step,
@@ -128,18 +135,21 @@ def main(argv=None) -> dict:
         windows=args.windows,
         sync=sync,
     )
-    results.append({"name": "train_ours", "unit": "tokens/s", **timing})
+    results.append({"name": "train_ours", "unit": "tokens/s", **levers, **timing})
     print(f"training, ours:   {timing['throughput']:.1f} tokens/s")
 
     if not args.no_marian:
+        fast_marian = device.type == "cuda" and not args.marian_eager
         marian = marian_model(recipe["model"], args.vocab_size).to(device).train()
-        marian_optimizer = torch.optim.Adam(marian.parameters(), **adam)
+        marian_optimizer = torch.optim.Adam(marian.parameters(), **adam, fused=fast_marian)
         marian_scaler = grad_scaler(device, amp)
+        marian_net = torch.compile(marian) if fast_marian else marian
         on_device = {k: v.to(device) for k, v in batch.items()}
+        print(f"Marian: compiled and fused Adam {fast_marian}")
 
         def marian_step():
             with autocast(device, amp):
-                out = marian(
+                out = marian_net(
                     input_ids=on_device["src"],
                     attention_mask=on_device["src"] != PAD,
                     decoder_input_ids=on_device["tgt_in"],
@@ -158,11 +168,11 @@ def main(argv=None) -> dict:
             windows=args.windows,
             sync=sync,
         )
-        results.append({"name": "train_marian", "unit": "tokens/s", **timing})
+        results.append({"name": "train_marian", "unit": "tokens/s", "compiled": fast_marian, **timing})
         ratio = results[0]["throughput"] / timing["throughput"]
         results.append({"name": "train_ratio_ours_over_marian", "unit": "x", "throughput": ratio})
         print(f"training, Marian: {timing['throughput']:.1f} tokens/s (ours / Marian {ratio:.2f}x)")
-        del marian, marian_optimizer
+        del marian, marian_net, marian_optimizer
 
     ours.eval()
     src = random_batch(args.translate_batch, args.seq_len, args.vocab_size, seed=1)["src"].to(device)

@@ -10,6 +10,11 @@ attention goes through ``torch.nn.functional.scaled_dot_product_attention`` with
 (True = attend). The decoder's cache is a pair of tensors ``(layers, batch, heads, steps, head_dim)``
 (self-attention keys and values so far); the cross-attention keys and values are computed once by
 :meth:`Transformer.encode`. The same ``decode_step`` runs in beam search and in the ONNX export.
+
+Two speed levers change how the same weights are multiplied, never the parameters or the state dict:
+``fused_qkv`` computes a self-attention's queries, keys and values in one matrix product over the
+concatenated q/k/v weights, and ``fused_cross_kv`` every decoder layer's cross-attention keys and
+values in one product over the encoder output (one large GEMM instead of 2 x layers small ones).
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class ModelConfig:
     attention_dropout: float = 0.0
     pre_norm: bool = False
     max_positions: int = 1024
+    fused_qkv: bool = False
+    fused_cross_kv: bool = False
 
     @classmethod
     def from_recipe(cls, model: dict, vocab_size: int) -> ModelConfig:
@@ -57,13 +64,21 @@ def sinusoids(positions: int, dim: int) -> torch.Tensor:
     return F.pad(table, (0, dim - 2 * half))
 
 
+def concatenated_linear(x: torch.Tensor, layers: list) -> torch.Tensor:
+    """``torch.cat([layer(x) for layer in layers], -1)`` as one matrix product over the stacked weights."""
+    weight = torch.cat([layer.weight for layer in layers])
+    bias = torch.cat([layer.bias for layer in layers])
+    return F.linear(x, weight, bias)
+
+
 class Attention(nn.Module):
-    def __init__(self, d_model: int, heads: int, dropout: float):
+    def __init__(self, d_model: int, heads: int, dropout: float, fused_qkv: bool = False):
         super().__init__()
         if d_model % heads:
             raise SystemExit(f"error: d_model {d_model} is not a multiple of heads {heads}")
         self.heads = heads
         self.dropout = dropout
+        self.fused_qkv = fused_qkv
         self.q = nn.Linear(d_model, d_model)
         self.k = nn.Linear(d_model, d_model)
         self.v = nn.Linear(d_model, d_model)
@@ -74,10 +89,18 @@ class Attention(nn.Module):
         b, t, d = x.shape
         return x.view(b, t, self.heads, d // self.heads).transpose(1, 2)
 
+    def qkv(self, x: torch.Tensor) -> tuple:
+        """Self-attention queries, keys and values of ``x`` (B, T, D), each split (B, H, T, D/H)."""
+        if not self.fused_qkv:
+            return self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+        b, t, d = x.shape
+        qkv = concatenated_linear(x, [self.q, self.k, self.v]).view(b, t, 3, self.heads, d // self.heads)
+        return qkv.permute(2, 0, 3, 1, 4).unbind(0)
+
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, causal: bool = False):
         """Split queries against split keys/values; returns (B, Tq, D)."""
         out = F.scaled_dot_product_attention(
-            self.split(q),
+            q,
             k,
             v,
             attn_mask=mask,
@@ -94,7 +117,7 @@ class Layer(nn.Module):
     def __init__(self, cfg: ModelConfig, cross: bool):
         super().__init__()
         self.pre_norm = cfg.pre_norm
-        self.self_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.self_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout, cfg.fused_qkv)
         self.self_norm = nn.LayerNorm(cfg.d_model)
         self.cross_attn = Attention(cfg.d_model, cfg.heads, cfg.attention_dropout) if cross else None
         self.cross_norm = nn.LayerNorm(cfg.d_model) if cross else None
@@ -116,7 +139,7 @@ class Layer(nn.Module):
         attn = self.self_attn
 
         def self_attention(h):
-            return attn.attend(attn.q(h), attn.split(attn.k(h)), attn.split(attn.v(h)), src_mask)
+            return attn.attend(*attn.qkv(h), src_mask)
 
         x = self.residual(x, self.self_norm, self_attention)
         return self.residual(x, self.ffn_norm, self.ffn)
@@ -127,15 +150,16 @@ class Layer(nn.Module):
         kept = {}
 
         def self_attention(h):
-            k, v = attn.split(attn.k(h)), attn.split(attn.v(h))
+            q, k, v = attn.qkv(h)
             if past_k is not None:
                 k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
             kept["k"], kept["v"] = k, v
             # One new step sees every cached one: no mask; full sequences are causal.
-            return attn.attend(attn.q(h), k, v, None, causal=past_k is None)
+            return attn.attend(q, k, v, None, causal=past_k is None)
 
         def cross_attention(h):
-            return self.cross_attn.attend(self.cross_attn.q(h), cross_k, cross_v, src_mask)
+            cross = self.cross_attn
+            return cross.attend(cross.split(cross.q(h)), cross_k, cross_v, src_mask)
 
         x = self.residual(x, self.self_norm, self_attention)
         x = self.residual(x, self.cross_norm, cross_attention)
@@ -177,9 +201,17 @@ class Transformer(nn.Module):
         """``(cross_k, cross_v, src_mask)``: every decoder layer's cross-attention keys and values,
         stacked (layers, B, H, S, D/H), and the source mask (B, 1, 1, S)."""
         memory, src_mask = self.memory(src)
-        keys = [layer.cross_attn.split(layer.cross_attn.k(memory)) for layer in self.decoder]
-        values = [layer.cross_attn.split(layer.cross_attn.v(memory)) for layer in self.decoder]
-        return torch.stack(keys), torch.stack(values), src_mask
+        attns = [layer.cross_attn for layer in self.decoder]
+        if not self.cfg.fused_cross_kv:
+            keys = torch.stack([attn.split(attn.k(memory)) for attn in attns])
+            values = torch.stack([attn.split(attn.v(memory)) for attn in attns])
+            return keys, values, src_mask
+        b, s, d = memory.shape
+        heads = self.cfg.heads
+        projections = [linear for attn in attns for linear in (attn.k, attn.v)]
+        kv = concatenated_linear(memory, projections).view(b, s, len(attns), 2, heads, d // heads)
+        keys, values = kv.permute(3, 2, 0, 4, 1, 5).unbind(0)
+        return keys, values, src_mask
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.decoder_norm(x), self.embed.weight)

@@ -20,7 +20,7 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
+from torch import nn
 
 from transformer.data import Pairs, collate, load_tokenizer, make_numbers, token_batches
 from transformer.model import PAD, build_model
@@ -29,6 +29,7 @@ MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_RECIPE = MODEL_DIR / "configs" / "transformer_big_wmt14.yaml"
 CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,16 +61,99 @@ def inverse_sqrt(warmup_steps: int):
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> tuple:
-    """(summed label-smoothed cross entropy, summed plain NLL) over the non-pad target tokens."""
-    flat = logits.float().reshape(-1, logits.shape[-1])
-    target = target.reshape(-1)
-    loss = F.cross_entropy(flat, target, ignore_index=PAD, label_smoothing=smoothing, reduction="sum")
-    nll = F.cross_entropy(flat.detach(), target, ignore_index=PAD, reduction="sum")
-    return loss, nll
+    """(summed label-smoothed cross entropy, summed plain NLL) over the non-pad target tokens.
+
+    The loss of ``F.cross_entropy(..., ignore_index=PAD, label_smoothing=smoothing, reduction="sum")``,
+    from one fp32 log-softmax that also gives the NLL (which carries no gradient); no host sync.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    uniform = -logp.mean(dim=-1)
+    real = target != PAD
+    loss = torch.where(real, (1.0 - smoothing) * nll + smoothing * uniform, 0.0).sum()
+    return loss, torch.where(real, nll.detach(), 0.0).sum()
+
+
+class TranslationLoss(nn.Module):
+    """The model and its training loss as one module: what DDP wraps, ``torch.compile`` compiles (one
+    graph, so the fp32 loss over the vocabulary fuses with the logits) and :func:`train_step` calls.
+
+    ``forward(src, tgt_in, tgt_out)`` -> :func:`smoothed_loss` of the teacher-forced logits.
+    """
+
+    def __init__(self, model: nn.Module, smoothing: float):
+        super().__init__()
+        self.model = model
+        self.smoothing = smoothing
+
+    def forward(self, src, tgt_in, tgt_out):
+        return smoothed_loss(self.model(src, tgt_in), tgt_out, self.smoothing)
+
+
+def compile_mode(value) -> str | None:
+    """``train.compile`` as a ``torch.compile`` mode; None (eager) for false / none; true is "default"."""
+    if value is None or value is False or str(value).lower() in ("false", "none", "no", "eager"):
+        return None
+    if value is True or str(value).lower() in ("true", "yes"):
+        return "default"
+    if value not in COMPILE_MODES:
+        raise SystemExit(
+            f"error: train.compile must be false or one of {', '.join(COMPILE_MODES)}, not {value!r}"
+        )
+    return value
+
+
+def recipe_flag(value, key: str) -> bool:
+    """A recipe boolean: YAML's true/false, or the strings a ``--set`` override carries."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "1", "yes"):
+        return True
+    if str(value).lower() in ("false", "0", "no"):
+        return False
+    raise SystemExit(f"error: {key} must be true or false, not {value!r}")
+
+
+def build_optimizer(model: nn.Module, opt_cfg: dict):
+    """Adam with the recipe's settings; ``optimizer.fused`` runs its update as one fused kernel."""
+    from zoo.torch import parameter_groups
+
+    return torch.optim.Adam(
+        parameter_groups(model, opt_cfg["weight_decay"]),
+        lr=opt_cfg["lr"],
+        betas=tuple(opt_cfg["betas"]),
+        eps=opt_cfg["eps"],
+        fused=recipe_flag(opt_cfg["fused"], "optimizer.fused"),
+    )
+
+
+def training_net(model: nn.Module, recipe: dict, device, distributed: bool = False) -> nn.Module:
+    """What :func:`train_step` runs: :class:`TranslationLoss` around ``model`` (label smoothing from
+    ``train.label_smoothing``), under DDP when ``distributed``, compiled as ``train.compile`` says.
+
+    Token-count batches change shape every step: torch.compile compiles the first shape, recompiles
+    once with dynamic batch and length dimensions on the second, and then reuses that graph.
+    """
+    from zoo.torch import distributed_model
+
+    train_cfg = recipe["train"]
+    mode = compile_mode(train_cfg["compile"])
+    net = TranslationLoss(model, float(train_cfg["label_smoothing"]))
+    if distributed:
+        net = distributed_model(net, device)
+    return torch.compile(net, mode=mode) if mode else net
+
+
+def batch_to(batch: dict, device) -> dict:
+    """The batch's tensors on ``device``; from pinned memory on a GPU, so the copy does not block the host."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def train_step(
-    model,
+    net,
     batches: list,
     optimizer,
     scheduler,
@@ -77,32 +161,33 @@ def train_step(
     *,
     device,
     amp: str,
-    smoothing: float,
     clip_norm: float,
 ):
-    """One update over ``batches`` (gradient accumulation: one backward each, one optimizer step).
+    """One update over ``batches`` (host tensors; gradient accumulation: one backward each, one
+    optimizer step). ``net`` is what :func:`training_net` returns.
 
-    The loss is normalised by the update's target tokens. Returns (loss per token, nll per token, tokens).
+    The loss is normalised by the update's target tokens (counted on the host). Returns (loss per token,
+    nll per token) as 0-dim tensors on ``device`` and the tokens: reading the tensors waits for the GPU,
+    so a caller reads them only when it logs.
     """
     from zoo.torch import autocast
 
     tokens = sum(int((b["tgt_out"] != PAD).sum()) for b in batches)
-    total_loss = total_nll = 0.0
+    total_loss = total_nll = torch.zeros((), device=device)
     for i, batch in enumerate(batches):
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        batch = batch_to(batch, device)
         # Only the last micro-batch all-reduces gradients.
-        sync = i == len(batches) - 1 or not hasattr(model, "no_sync")
-        context = model.no_sync() if not sync else _null()
+        sync = i == len(batches) - 1 or not hasattr(net, "no_sync")
+        context = net.no_sync() if not sync else _null()
         with context:
             with autocast(device, amp):
-                logits = model(batch["src"], batch["tgt_in"])
-            loss, nll = smoothed_loss(logits, batch["tgt_out"], smoothing)
+                loss, nll = net(batch["src"], batch["tgt_in"], batch["tgt_out"])
             scaler.scale(loss / tokens).backward()
-        total_loss += float(loss.detach())
-        total_nll += float(nll)
+        total_loss = total_loss + loss.detach()
+        total_nll = total_nll + nll
     if clip_norm > 0:
         scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        torch.nn.utils.clip_grad_norm_(net.parameters(), clip_norm)
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
@@ -178,11 +263,9 @@ def main(argv=None) -> dict:
     from zoo.torch import (
         check_replicas_agree,
         close_distributed,
-        distributed_model,
         fast_math,
         grad_scaler,
         init_distributed,
-        parameter_groups,
         seed_everything,
     )
 
@@ -216,12 +299,7 @@ def main(argv=None) -> dict:
     seed_everything(seed)
 
     model = build_model(recipe["model"], tokenizer.get_vocab_size()).to(device)
-    optimizer = torch.optim.Adam(
-        parameter_groups(model, opt_cfg["weight_decay"]),
-        lr=opt_cfg["lr"],
-        betas=tuple(opt_cfg["betas"]),
-        eps=opt_cfg["eps"],
-    )
+    optimizer = build_optimizer(model, opt_cfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(opt_cfg["warmup_steps"]))
     scaler = grad_scaler(device, amp)
     train_set = Pairs(data_dir, "train", data["max_length"])
@@ -240,7 +318,7 @@ def main(argv=None) -> dict:
         scaler.load_state_dict(state["scaler"])
         position = state["position"]
         set_rng_state(state["rng"][env.rank] if env.rank < len(state["rng"]) else state["rng"][0])
-    net = distributed_model(model, device) if env.world_size > 1 else model
+    net = training_net(model, recipe, device, distributed=env.world_size > 1)
     accumulation = int(train_cfg["accumulation"])
     epochs = int(train_cfg["epochs"])
     target = eval_cfg.get("target_bleu")
@@ -312,7 +390,6 @@ def main(argv=None) -> dict:
                     scaler,
                     device=device,
                     amp=amp,
-                    smoothing=train_cfg["label_smoothing"],
                     clip_norm=opt_cfg["clip_norm"],
                 )
                 position["step"] += 1
@@ -323,8 +400,8 @@ def main(argv=None) -> dict:
                     logger.log(
                         position["step"],
                         {
-                            "loss": loss,
-                            "nll": nll,
+                            "loss": float(loss),
+                            "nll": float(nll),
                             "lr": scheduler.get_last_lr()[0],
                             "tokens_per_s": tokens_seen * env.world_size / max(seconds, 1e-9),
                         },
