@@ -114,7 +114,10 @@ def test_help_prints_the_usage_then_the_module_help(launch):
 
 def test_two_processes_start_under_the_real_torchrun(tmp_path):
     (tmp_path / "probe.py").write_text(
-        "import os, sys\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], *sys.argv[1:])\n"
+        # each rank writes its own file: the two processes' stdout lines may interleave in the pipe
+        "import os, pathlib, sys\n"
+        "line = ' '.join(['rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], *sys.argv[1:]])\n"
+        f"pathlib.Path({str(tmp_path)!r}, 'rank' + os.environ['RANK']).write_text(line)\n"
     )
     with socket.socket() as free:  # the rendezvous port: one nobody else holds now
         free.bind(("127.0.0.1", 0))
@@ -130,5 +133,5 @@ def test_two_processes_start_under_the_real_torchrun(tmp_path):
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    printed = sorted(line for line in done.stdout.splitlines() if line.startswith("rank"))
+    printed = sorted(path.read_text() for path in tmp_path.glob("rank*"))
     assert printed == ["rank 0 of 2 --recipe r.yaml", "rank 1 of 2 --recipe r.yaml"], done.stdout
