@@ -684,12 +684,14 @@ TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def exit_on_termination_signals():
-    """While active, SIGTERM and SIGHUP raise SystemExit(128 + signal) instead of killing the process.
+    """While active, SIGTERM and SIGHUP raise SystemExit(128 + signal) instead of killing the process,
+    and Ctrl-C (SIGINT) prints one line and raises SystemExit(130) instead of KeyboardInterrupt.
 
-    Python's default for them ends the process without running ``finally`` blocks, which would
-    leave a tritonserver (started in a session of its own) running. Only signals still at their
-    default are taken over, and only in the main thread (elsewhere this does nothing); the previous
-    handlers come back at the end.
+    Python's default for SIGTERM and SIGHUP ends the process without running ``finally`` blocks,
+    which would leave a tritonserver (started in a session of its own) running; its default for
+    SIGINT runs them but ends in a traceback. Only signals still at their default are taken over,
+    and only in the main thread (elsewhere this does nothing); the previous handlers come back at
+    the end.
     """
     import threading
 
@@ -700,6 +702,8 @@ def exit_on_termination_signals():
     for sig in TERMINATION_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:
             previous[sig] = signal.signal(sig, _raise_system_exit)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _interrupted)
     try:
         yield
     finally:
@@ -708,6 +712,11 @@ def exit_on_termination_signals():
 
 
 def _raise_system_exit(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _interrupted(signum, frame):
+    print("interrupted: stopping tritonserver", file=sys.stderr, flush=True)
     raise SystemExit(128 + signum)
 
 
@@ -867,6 +876,9 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: tritonserver exited with code {code} (log: {server.log_path})")
     except KeyboardInterrupt:
         pass
+    except SystemExit as e:  # Ctrl-C while the server runs (exit_on_termination_signals): a normal stop
+        if e.code != 128 + signal.SIGINT:
+            raise
     except (RuntimeError, FileNotFoundError) as e:
         raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
     finally:
