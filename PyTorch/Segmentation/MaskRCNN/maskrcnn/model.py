@@ -99,11 +99,13 @@ def build_model(
 
 
 def model_from_recipe(recipe: dict, num_classes: int) -> MaskRCNN:
-    """The model a recipe's ``model`` and ``data`` sections describe."""
+    """The model a recipe's ``model`` and ``data`` sections describe, with the RPN's NMS its
+    ``speed.rpn_nms`` names: "torchvision" (image after image) or "batched" (maskrcnn.rpn_nms: the
+    same proposals from one batched NMS of every image and level; CUDA only, torchvision's elsewhere)."""
     m = dict(recipe.get("model", {}))
     d = recipe.get("data", {})
     min_size = d.get("min_size", 800)
-    return build_model(
+    model = build_model(
         num_classes,
         variant=m.pop("variant", "v1"),
         frozen_bn=m.pop("frozen_bn", True),
@@ -112,6 +114,13 @@ def model_from_recipe(recipe: dict, num_classes: int) -> MaskRCNN:
         max_size=d.get("max_size", 1333),
         **m,
     )
+    rpn_nms = recipe.get("speed", {}).get("rpn_nms", "torchvision")
+    if rpn_nms != "torchvision":
+        # Triton defines its kernels at import (interpreted or compiled): import only when asked for
+        from maskrcnn.rpn_nms import use_rpn_nms
+
+        use_rpn_nms(model, rpn_nms)
+    return model
 
 
 def prepare_for_speed(model: MaskRCNN, recipe: dict, device) -> MaskRCNN:
@@ -122,7 +131,9 @@ def prepare_for_speed(model: MaskRCNN, recipe: dict, device) -> MaskRCNN:
     stays eager. Compiling in place keeps the state-dict keys, so checkpoints are unchanged.
     ``cudnn_benchmark``: cuDNN autotuning. Off for Mask R-CNN: the ROI heads' shapes change every
     step, and tuning each new shape costs more than it saves (PERF.md).
-    Speed settings act on a GPU only; on a CPU the model runs as built.
+    Speed settings act on a GPU only; on a CPU the model runs as built. ``rpn_nms`` is applied by
+    :func:`model_from_recipe` instead, so that evaluation and export, which build the model from a
+    checkpoint's recipe, run the same RPN filter.
     """
     s = recipe.get("speed", {})
     if torch.device(device).type != "cuda":
