@@ -172,3 +172,15 @@ def test_train_step_returns_device_tensors_normalised_by_target_tokens():
     torch.testing.assert_close(loss, (sums[0][0] + sums[1][0]).detach() / tokens)
     torch.testing.assert_close(nll, (sums[0][1] + sums[1][1]) / tokens)
     assert not torch.equal(model.embed.weight, before.embed.weight)
+
+
+def test_pad_batch_right_pads_after_an_optional_prefix():
+    import numpy as np
+    from transformer.data import pad_batch
+
+    rows = [np.array([5, 6, 7]), [8], np.array([9, 10], dtype=np.int32)]
+    expected = torch.tensor([[5, 6, 7], [8, PAD, PAD], [9, 10, PAD]])
+    assert torch.equal(pad_batch(rows), expected)
+    with_bos = pad_batch(rows, prefix=BOS)
+    assert with_bos.dtype == torch.int64
+    assert torch.equal(with_bos, torch.cat([torch.full((3, 1), BOS), expected], dim=1))

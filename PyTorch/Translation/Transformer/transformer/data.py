@@ -220,13 +220,13 @@ def token_batches(pairs: Pairs, max_tokens: int, *, seed: int, epoch: int, shuff
 
 def pad_batch(sequences: list, prefix: int | None = None) -> torch.Tensor:
     """Right-padded (B, T) int64 tensor, each sequence optionally after a ``prefix`` token."""
-    head = [] if prefix is None else [prefix]
-    longest = max(len(s) for s in sequences) + len(head)
-    out = torch.full((len(sequences), longest), PAD, dtype=torch.long)
+    head = 0 if prefix is None else 1
+    out = np.full((len(sequences), max(len(s) for s in sequences) + head), PAD, dtype=np.int64)
+    if prefix is not None:
+        out[:, 0] = prefix
     for row, seq in enumerate(sequences):
-        values = head + [int(x) for x in seq]
-        out[row, : len(values)] = torch.tensor(values, dtype=torch.long)
-    return out
+        out[row, head : head + len(seq)] = seq
+    return torch.from_numpy(out)
 
 
 def collate(pairs: Pairs, indices: list) -> dict:
