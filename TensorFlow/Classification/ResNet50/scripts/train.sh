@@ -22,35 +22,9 @@ Environment: NGPU (the same as --gpus), DATA_DIR (--data-dir), RESULTS_DIR (--re
 USAGE
 }
 
-gpus="${NGPU:-}"
-horovod=0
-args=()
-while (($#)); do
-  case "$1" in
-    -h|--help) usage; exec "$PY" -m resnet50_tf.train --help ;;
-    --gpus) [[ $# -ge 2 ]] || { echo "error: --gpus needs a number" >&2; exit 2; }; gpus="$2"; shift 2; continue ;;
-    --gpus=*) gpus="${1#--gpus=}" ;;
-    --distribution=horovod) horovod=1; args+=("$1") ;;
-    horovod) horovod=1; args+=("$1") ;;
-    *) args+=("$1") ;;
-  esac
-  shift
-done
-
-if [[ -n "$gpus" ]]; then
-  [[ "$gpus" =~ ^[1-9][0-9]*$ ]] || { echo "error: --gpus/NGPU must be a number >= 1, got '$gpus'" >&2; exit 2; }
-  if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then  # keep the devices the job was given: the first N of them
-    IFS=, read -ra visible <<< "$CUDA_VISIBLE_DEVICES"
-    ((gpus <= ${#visible[@]})) || { echo "error: --gpus $gpus but CUDA_VISIBLE_DEVICES has ${#visible[@]}" >&2; exit 2; }
-    CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${visible[*]:0:gpus}")"
-  else
-    CUDA_VISIBLE_DEVICES="$(seq -s, 0 $((gpus - 1)))"
-  fi
-  export CUDA_VISIBLE_DEVICES
-fi
-
-if [[ "$horovod" == 1 && -z "${HOROVOD_RANK:-}${OMPI_COMM_WORLD_RANK:-}" ]]; then
-  command -v horovodrun >/dev/null || { echo "error: --distribution horovod needs horovodrun (Horovod) installed" >&2; exit 2; }
-  exec horovodrun -np "${gpus:-1}" "$PY" -m resnet50_tf.train "${args[@]}"
-fi
-exec "$PY" -m resnet50_tf.train "${args[@]}"
+ZOO_COMMON="$("$PY" -c 'import pathlib, zoo; print(pathlib.Path(zoo.__file__).parents[1])' 2>/dev/null)" ||
+  { echo "error: ${PY} cannot import zoo: pip install -e common (the zoo images have it)" >&2; exit 1; }
+# The launcher sits in common/scripts, beside the installed zoo package.
+# shellcheck source=/dev/null
+source "${ZOO_COMMON}/scripts/launch_tf.sh"
+launch_tf resnet50_tf.train "$@"

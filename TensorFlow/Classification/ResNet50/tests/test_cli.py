@@ -142,7 +142,10 @@ def test_train_script_bad_flags_are_one_line(args, env, line):
 def test_train_script_gpus_selects_devices(tmp_path):
     """--gpus N sets CUDA_VISIBLE_DEVICES to the first N devices (of those the job was given)."""
     fake = tmp_path / "python"
-    fake.write_text('#!/usr/bin/env bash\necho "$CUDA_VISIBLE_DEVICES $*"\n')
+    # answers the launcher's zoo lookup (-c) with the real python; prints any other command line
+    fake.write_text(
+        f'#!/usr/bin/env bash\n[[ "$1" == -c ]] && exec {sys.executable} "$@"\necho "$CUDA_VISIBLE_DEVICES $*"\n'
+    )
     fake.chmod(0o755)
     env = {"PYTHON": str(fake)}
     assert _script("train.sh", "--gpus", "3", "--synthetic", env=env).stdout.split() == [

@@ -70,7 +70,10 @@ def test_bad_train_flags_end_in_one_line(args, env, line):
 
 def test_gpus_selects_the_first_devices_and_squad_adds_its_modes(tmp_path):
     fake = tmp_path / "python"
-    fake.write_text('#!/usr/bin/env bash\necho "$CUDA_VISIBLE_DEVICES $*"\n')
+    # answers the launcher's zoo lookup (-c) with the real python; prints any other command line
+    fake.write_text(
+        f'#!/usr/bin/env bash\n[[ "$1" == -c ]] && exec {sys.executable} "$@"\necho "$CUDA_VISIBLE_DEVICES $*"\n'
+    )
     fake.chmod(0o755)
     out = _script(
         "train.sh", "squad", "--gpus", "2", "--vocab", "v", env={"PYTHON": str(fake)}
