@@ -184,3 +184,35 @@ def test_pad_batch_right_pads_after_an_optional_prefix():
     with_bos = pad_batch(rows, prefix=BOS)
     assert with_bos.dtype == torch.int64
     assert torch.equal(with_bos, torch.cat([torch.full((3, 1), BOS), expected], dim=1))
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="inductor compiles this for about a minute on a CPU; runs on a GPU"
+)
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compiled_training_takes_the_eager_steps_on_a_gpu(mode):
+    """Two updates of two micro-batches each (gradient accumulation) through the compiled step give
+    eager's losses and weights; reduce-overhead replays CUDA graphs, so its gradients must survive
+    the next micro-batch's replay."""
+    _, eager = models(fused_qkv=True, fused_cross_kv=True)
+    eager = eager.cuda()
+    opt_cfg = {"lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-3, "weight_decay": 0.0, "fused": True}
+    runs = []
+    for compile_value in (False, mode):
+        model = copy.deepcopy(eager)
+        net = training_net(model, {"train": {"label_smoothing": 0.1, "compile": compile_value}}, "cuda")
+        optimizer = build_optimizer(model, opt_cfg)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(10))
+        scaler = torch.amp.GradScaler("cuda", enabled=False)
+        losses = []
+        for update in range(2):
+            batches = [batch(seed=2 * update), batch(seed=2 * update + 1)]
+            loss, _, _ = train_step(
+                net, batches, optimizer, scheduler, scaler, device="cuda", amp="fp32", clip_norm=0
+            )
+            losses.append(float(loss))
+        runs.append((losses, model.state_dict()))
+    (eager_losses, eager_weights), (losses, weights) = runs
+    assert losses == pytest.approx(eager_losses, rel=1e-4)
+    for name, value in eager_weights.items():
+        torch.testing.assert_close(weights[name], value, rtol=1e-4, atol=1e-5, msg=name)
