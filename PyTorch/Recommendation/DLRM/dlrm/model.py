@@ -168,11 +168,32 @@ class _FusedBagLookup(torch.autograd.Function):
         return weight_grad, None, None, None, None
 
 
+class _KernelBagLookup(torch.autograd.Function):
+    """Sum-pooled lookup by the Triton kernel whose backward updates the touched rows in place
+    (``update_rows(bag_grad, ids, bag_of_id)``) and leaves the weight without a gradient."""
+
+    @staticmethod
+    def forward(ctx, weight, ids, offsets, bag_of_id, max_bag: int, update_rows):
+        from dlrm.table_kernels import bag_sum
+
+        ctx.save_for_backward(ids, bag_of_id)
+        ctx.update_rows = update_rows
+        return bag_sum(weight.detach(), ids, offsets, max_bag)
+
+    @staticmethod
+    def backward(ctx, bag_grad):
+        ids, bag_of_id = ctx.saved_tensors
+        ctx.update_rows(bag_grad, ids, bag_of_id)
+        return None, None, None, None, None, None
+
+
 class FusedEmbeddingBags(nn.Module):
     """Every table in one weight [sum(rows), dim] (table t from row ``row_starts[t]``), looked up
     with one ``embedding_bag`` (sum) per batch; the weight's gradient holds only the rows the batch
     touched (sparse with ``sparse_grad``, else dense with zeros elsewhere), so a row-wise optimizer
-    updates those rows only. Its state dict has one tensor per table,
+    updates those rows only. With ``update_in_backward`` set (``dlrm.optim.KernelTableOptimizer``
+    does so), the lookup and the row updates run as Triton kernels (``dlrm.table_kernels``), the
+    update inside backward. Its state dict has one tensor per table,
     ``ebc.embedding_bags.<table>.weight`` (views of the fused weight), as ``PerTableEmbeddingBags``
     and TorchRec: checkpoints move between the three, and a checkpoint loaded into the views in
     place lands in the fused weight."""
@@ -190,6 +211,7 @@ class FusedEmbeddingBags(nn.Module):
         super().__init__()
         self.names, self.hotness, self.rows = list(names), list(hotness), list(num_embeddings)
         self.sparse_grad = sparse_grad
+        self.update_in_backward = None
         self.weight = nn.Parameter(torch.empty(sum(self.rows), dim))
         row_starts = [sum(self.rows[:t]) for t in range(len(self.rows))]
         columns_table = torch.repeat_interleave(torch.arange(len(self.rows)), torch.tensor(self.hotness))
@@ -222,7 +244,12 @@ class FusedEmbeddingBags(nn.Module):
         # Bag (sample, table) starts at id sample * width + the table's first column.
         offsets = (sample * width + self.table_first_column).reshape(-1)
         bag_of_id = (sample * num_tables + self.column_table).reshape(-1)
-        pooled = _FusedBagLookup.apply(self.weight, ids.reshape(-1), offsets, bag_of_id, self.sparse_grad)
+        if self.update_in_backward is not None:
+            pooled = _KernelBagLookup.apply(
+                self.weight, ids.reshape(-1), offsets, bag_of_id, max(self.hotness), self.update_in_backward
+            )
+        else:
+            pooled = _FusedBagLookup.apply(self.weight, ids.reshape(-1), offsets, bag_of_id, self.sparse_grad)
         return pooled.view(batch, num_tables, -1)
 
 

@@ -53,6 +53,36 @@ def _distinct_rows(grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows, values.float()
 
 
+class KernelTableOptimizer(torch.optim.Optimizer):
+    """SGD or row-wise Adagrad of a ``FusedEmbeddingBags`` table done by its Triton backward
+    (``speed.table_kernels: triton``, ``dlrm.table_kernels``): each backward updates the touched
+    rows in place with this optimizer's current ``lr``, so ``step`` has nothing left to do. Same
+    param groups and ``sum`` state as ``RowWiseAdagrad`` (none for SGD): schedules and checkpoints
+    treat both alike. No loss scaling: the update happens before a scaler could skip a step."""
+
+    def __init__(self, table, name: str, lr: float, eps: float = EPS):
+        super().__init__([table.weight], {"lr": lr, "eps": eps})
+        self.weight = table.weight
+        self.rowwise_adagrad = name == "rowwise_adagrad"
+        if self.rowwise_adagrad:
+            self.state[self.weight]["sum"] = torch.zeros(
+                self.weight.shape[0], dtype=torch.float32, device=self.weight.device
+            )
+        table.update_in_backward = self.update_rows
+
+    @torch.no_grad()
+    def update_rows(self, bag_grad: torch.Tensor, ids: torch.Tensor, bag_of_id: torch.Tensor) -> None:
+        """One update of the rows in ``ids`` (the backward's call)."""
+        from dlrm.table_kernels import update_touched_rows
+
+        group = self.param_groups[0]
+        state = self.state[self.weight]["sum"] if self.rowwise_adagrad else None
+        update_touched_rows(self.weight.detach(), state, bag_grad, ids, bag_of_id, group["lr"], group["eps"])
+
+    def step(self, closure=None):
+        return None
+
+
 def dense_optimizer(params, cfg: dict):
     """``optimizer``: {name: adagrad|sgd, lr}; Adagrad as MLPerf's DCNv2 reference (eps 1e-8, no decay)."""
     name, lr = cfg.get("name", "adagrad"), float(cfg["lr"])
@@ -71,10 +101,13 @@ def sparse_optimizer_spec(cfg: dict):
     return name, float(cfg["lr"])
 
 
-def plain_sparse_optimizer(params, cfg: dict):
+def plain_sparse_optimizer(params, cfg: dict, *, kernels_table=None):
     """The plain path's table optimizer: row-wise Adagrad or SGD, both touching only the rows of a
-    sparse gradient (torch's SGD adds a sparse gradient row by row)."""
+    sparse gradient (torch's SGD adds a sparse gradient row by row); with ``kernels_table`` (a
+    ``FusedEmbeddingBags``) the same update by that table's Triton backward."""
     name, lr = sparse_optimizer_spec(cfg)
+    if kernels_table is not None:
+        return KernelTableOptimizer(kernels_table, name, lr)
     return RowWiseAdagrad(params, lr=lr) if name == "rowwise_adagrad" else torch.optim.SGD(params, lr=lr)
 
 

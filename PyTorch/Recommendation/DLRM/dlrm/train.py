@@ -4,7 +4,8 @@ Embeddings: ``model.embeddings: torchrec`` shards the tables over the processes 
 (fused row-wise Adagrad or SGD, the dense part in DDP); ``plain`` keeps every table in one fused
 weight on each process (one lookup, row-wise Adagrad or SGD on the touched rows only; no fbgemm;
 DDP over the whole model). Both give the same numbers on the same data. ``speed.compile``
-compiles the plain path's MLPs and interaction (one graph).
+compiles the plain path's MLPs and interaction (one graph); ``speed.table_kernels: triton`` runs
+its table lookup and row updates as Triton kernels (one process, CUDA; ``dlrm.table_kernels``).
 Evaluation: exact ROC AUC over the whole validation split; ``--target-auc`` stops once reached.
 Writes metrics.jsonl, tensorboard/, mlperf.log (dlrm_dcnv2, ruleset 6.0.0) and the sharded
 checkpoint directory ``checkpoint/`` under --results-dir.
@@ -72,7 +73,12 @@ class Run:
             self.dense_opt = dense_optimizer(
                 [p for p in self.net.parameters() if id(p) not in ids], recipe["optimizer"]
             )
-            self.sparse_opt = plain_sparse_optimizer(tables, recipe["sparse_optimizer"])
+            self.table_kernels = uses_table_kernels(recipe, self.net.sparse.weight, world)
+            self.sparse_opt = plain_sparse_optimizer(
+                tables,
+                recipe["sparse_optimizer"],
+                kernels_table=self.net.sparse if self.table_kernels else None,
+            )
             self.model = distributed_model(self.net, device, static_graph=False) if world > 1 else self.net
         else:
             raise SystemExit(f"error: model.embeddings must be torchrec or plain, not {self.kind!r}")
@@ -234,12 +240,37 @@ def evaluate_auc(run: Run, batches, logger=None) -> tuple[float, float, int]:
     return float(roc_auc_score(label, prob)), logloss, int(keep.sum())
 
 
+def table_kernels_of(recipe: dict) -> str:
+    """``speed.table_kernels``: torch (default) or triton (``dlrm.table_kernels``)."""
+    kernels = recipe.get("speed", {}).get("table_kernels", "torch")
+    if kernels not in ("torch", "triton"):
+        raise SystemExit(f"error: speed.table_kernels must be torch or triton, not {kernels!r}")
+    return kernels
+
+
+def uses_table_kernels(recipe: dict, weight: torch.Tensor, world: int) -> bool:
+    """Whether the plain path's fused table runs the Triton kernels: ``speed.table_kernels:
+    triton`` on one process (under DDP the table's gradient must be dense for the all-reduce) with
+    the table on a CUDA device (or under Triton's interpreter); otherwise the torch path."""
+    if table_kernels_of(recipe) != "triton" or world > 1:
+        return False
+    from dlrm.table_kernels import runs_kernels
+
+    return runs_kernels(weight)
+
+
 def check_recipe(recipe: dict) -> None:
     """Refuse, before any work, a combination the run cannot do."""
-    if recipe.get("amp") == "fp16" and recipe["model"].get("embeddings", "torchrec") == "torchrec":
+    embeddings = recipe["model"].get("embeddings", "torchrec")
+    if recipe.get("amp") == "fp16" and embeddings == "torchrec":
         raise SystemExit(
             "error: --amp fp16 needs loss scaling, which TorchRec's fused embedding optimizers do not undo: "
             "use --amp bf16 or fp32 (or model.embeddings=plain)"
+        )
+    if recipe.get("amp") == "fp16" and embeddings == "plain" and table_kernels_of(recipe) == "triton":
+        raise SystemExit(
+            "error: --amp fp16 needs loss scaling, and speed.table_kernels=triton updates the tables inside "
+            "backward, before a scaler could skip a step: use --amp bf16 or fp32 (or speed.table_kernels=torch)"
         )
 
 

@@ -1,0 +1,171 @@
+"""Triton kernels of the fused table (``speed.table_kernels: triton``): the sum-pooled lookup, and
+the backward that sums each touched row's bag gradients and applies SGD or row-wise Adagrad to
+that row in place, in one kernel.
+
+Same numbers as the torch path (``F.embedding_bag``, ``touched_rows_gradient`` and
+``RowWiseAdagrad`` / ``torch.optim.SGD``) up to the order of float sums. The backward needs no
+host sync: the ids are sorted, run starts found with a comparison and a cumsum into worst-case
+[lookups] buffers, and one program per possible run does nothing where no run starts; each row
+belongs to one program, so no atomics. Kernels run on CUDA tensors, or on any device under
+Triton's interpreter (``TRITON_INTERPRET=1``, set before this module is imported).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# Lookups a lookup program gathers at once (at most), and a row program sums at once.
+LOOKUP_BLOCK = 16
+UPDATE_BLOCK = 4
+
+
+def runs_kernels(tensor: torch.Tensor) -> bool:
+    """Whether the kernels can run on ``tensor``'s device (CUDA, or anywhere when interpreted)."""
+    return tensor.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _bag_sum_kernel(
+    weight_ptr,
+    ids_ptr,
+    offsets_ptr,
+    out_ptr,
+    num_bags,
+    num_ids,
+    D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    bag = tl.program_id(0)
+    dims = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    dim_mask = dims < D
+    start = tl.load(offsets_ptr + bag).to(tl.int32)
+    has_next = bag + 1 < num_bags
+    end = tl.where(has_next, tl.load(offsets_ptr + bag + 1, mask=has_next, other=0).to(tl.int32), num_ids)
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for first in range(start, end, BLOCK_L):
+        pos = first + tl.arange(0, BLOCK_L)
+        pos_mask = pos < end
+        rows = tl.load(ids_ptr + pos, mask=pos_mask, other=0).to(tl.int64)
+        tile = tl.load(
+            weight_ptr + rows[:, None] * D + dims[None, :],
+            mask=pos_mask[:, None] & dim_mask[None, :],
+            other=0.0,
+        )
+        acc += tl.sum(tile.to(tl.float32), axis=0)
+    tl.store(out_ptr + bag.to(tl.int64) * D + dims, acc.to(out_ptr.dtype.element_ty), mask=dim_mask)
+
+
+@triton.jit
+def _row_update_kernel(
+    weight_ptr,
+    state_ptr,
+    bag_grad_ptr,
+    sorted_ids_ptr,
+    order_ptr,
+    bag_of_id_ptr,
+    run_start_ptr,
+    lr,
+    eps,
+    D: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    ADAGRAD: tl.constexpr,
+):
+    run = tl.program_id(0)
+    start = tl.load(run_start_ptr + run)
+    end = tl.load(run_start_ptr + run + 1)
+    valid = start < end  # programs past the last run have start == end
+    row = tl.load(sorted_ids_ptr + start, mask=valid, other=0).to(tl.int64)
+    dims = tl.arange(0, BLOCK_D)
+    dim_mask = dims < D
+    grad = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for first in range(start, end, BLOCK_L):
+        pos = first + tl.arange(0, BLOCK_L)
+        pos_mask = pos < end
+        lookup = tl.load(order_ptr + pos, mask=pos_mask, other=0)
+        bag = tl.load(bag_of_id_ptr + lookup, mask=pos_mask, other=0).to(tl.int64)
+        tile = tl.load(
+            bag_grad_ptr + bag[:, None] * D + dims[None, :],
+            mask=pos_mask[:, None] & dim_mask[None, :],
+            other=0.0,
+        )
+        grad += tl.sum(tile.to(tl.float32), axis=0)
+    row_mask = dim_mask & valid
+    weight = tl.load(weight_ptr + row * D + dims, mask=row_mask, other=0.0)
+    if ADAGRAD:
+        # RowWiseAdagrad: state += mean(g^2); w += g * (-lr / (sqrt(state) + eps)).
+        mean_square = tl.div_rn(tl.sum(grad * grad, axis=0), tl.full([], D, tl.float32))
+        state = tl.load(state_ptr + row, mask=valid, other=0.0) + mean_square
+        tl.store(state_ptr + row, state, mask=valid)
+        scale = -lr * tl.div_rn(1.0, tl.sqrt_rn(state) + eps)
+    else:
+        scale = -lr
+    updated = weight.to(tl.float32) + grad * scale
+    tl.store(weight_ptr + row * D + dims, updated.to(weight.dtype), mask=row_mask)
+
+
+def bag_sum(weight: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, max_bag: int) -> torch.Tensor:
+    """``F.embedding_bag(ids, weight, offsets, mode="sum")``: [bags, dim] in the weight's dtype
+    (float32 sums); bag b holds ids[offsets[b]:offsets[b + 1]] (an empty bag gives zeros).
+    ``max_bag`` (the longest bag, or a guess) only sizes the block of lookups gathered at once."""
+    num_bags, dim = offsets.numel(), weight.shape[1]
+    out = torch.empty(num_bags, dim, dtype=weight.dtype, device=weight.device)
+    if num_bags == 0:
+        return out
+    block_d = min(triton.next_power_of_2(dim), 128)
+    block_l = max(2, min(triton.next_power_of_2(max(max_bag, 1)), LOOKUP_BLOCK))
+    grid = (num_bags, triton.cdiv(dim, block_d))
+    _bag_sum_kernel[grid](
+        weight, ids, offsets, out, num_bags, ids.numel(), D=dim, BLOCK_L=block_l, BLOCK_D=block_d, num_warps=2
+    )
+    return out
+
+
+def update_touched_rows(
+    weight: torch.Tensor,
+    state: torch.Tensor | None,
+    bag_grad: torch.Tensor,
+    ids: torch.Tensor,
+    bag_of_id: torch.Tensor,
+    lr: float,
+    eps: float,
+) -> None:
+    """Apply one SGD (``state`` None) or row-wise Adagrad step (``state``: float32 [rows], one
+    accumulator per row) to every row in ``ids``, in place, with the row's gradient: the sum of
+    ``bag_grad[bag_of_id[i]]`` over its lookups i. No host sync."""
+    count, dim = ids.numel(), weight.shape[1]
+    if count == 0:
+        return
+    # 32-bit keys sort in half the radix passes; row ids of one device's table fit.
+    keys = ids.to(torch.int32) if weight.shape[0] < 2**31 else ids
+    sorted_ids, order = torch.sort(keys)
+    is_start = torch.ones(count, dtype=torch.bool, device=ids.device)
+    torch.ne(sorted_ids[1:], sorted_ids[:-1], out=is_start[1:])
+    run = torch.cumsum(is_start, 0) - 1
+    # run_start[r]: first sorted position of run r; `count` from the last run on (entry count + 1
+    # takes the positions that start no run).
+    run_start = torch.full((count + 2,), count, dtype=torch.int32, device=ids.device)
+    positions = torch.arange(count, dtype=torch.int32, device=ids.device)
+    run_start.scatter_(0, torch.where(is_start, run, count + 1), positions)
+    adagrad = state is not None
+    _row_update_kernel[(count,)](
+        weight,
+        state if adagrad else weight,
+        bag_grad.contiguous(),
+        sorted_ids,
+        order,
+        bag_of_id,
+        run_start,
+        float(lr),
+        float(eps),
+        D=dim,
+        BLOCK_L=UPDATE_BLOCK,
+        BLOCK_D=triton.next_power_of_2(dim),
+        ADAGRAD=adagrad,
+        num_warps=1,
+    )
