@@ -161,8 +161,9 @@ def ours_step(model, recipe: dict, batches: list[dict], device):
     return call
 
 
-def hf_step(model, batches: list[dict], amp: str, device, compiled: bool):
-    """One fused-AdamW step of Hugging Face's model on the next batch of ``batches`` (cycled)."""
+def hf_step(model, batches: list[dict], amp: str, device, compiled: bool, accumulation: int = 1):
+    """One fused-AdamW step of Hugging Face's model over the next ``accumulation`` batches of
+    ``batches`` (cycled; gradients summed over them, as ours accumulates its micro-batches)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=device.type == "cuda")
     feed = itertools.cycle(batches)
 
@@ -179,9 +180,10 @@ def hf_step(model, batches: list[dict], amp: str, device, compiled: bool):
     forward_fn = torch.compile(forward) if compiled else forward
 
     def step():
-        with autocast(device, amp):
-            loss = forward_fn(next(feed))
-        loss.backward()
+        for _ in range(accumulation):
+            with autocast(device, amp):
+                loss = forward_fn(next(feed))
+            (loss / accumulation).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return loss
@@ -224,8 +226,8 @@ def run(args, recipe: dict) -> tuple[list[dict], dict]:
             assert not unexpected, unexpected
             del model
             timed_model.train()
-            call = hf_step(timed_model, hf_batches, amp, device, hf_compiled)
-            batches, calls_per_batch = hf_batches, 1
+            call = hf_step(timed_model, hf_batches, amp, device, hf_compiled, recipe["accumulation"])
+            batches, calls_per_batch = hf_batches, recipe["accumulation"]
         optimizer = call.optimizer
         # a call takes `calls_per_batch` batches of the cycle: with as many batches as steps in a window
         # (real text), every window counts the same sequences
@@ -257,7 +259,7 @@ def run(args, recipe: dict) -> tuple[list[dict], dict]:
                 "batch": batch_size,
                 "seq": seq,
                 "precision": amp,
-                "accumulation": calls_per_batch if kind == "ours" else 1,
+                "accumulation": calls_per_batch,
                 "compile": call.compile_mode if kind == "ours" else ("default" if hf_compiled else None),
                 "weights": weights_label(timed_model, optimizer),
                 "optimizer": f"lamb ({recipe['optimizer'].get('implementation', 'auto')})"
@@ -337,9 +339,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, help="samples per micro-batch (recipe key batch_size)")
     p.add_argument(
         "--accumulation", type=int, default=1,
-        help="ours: micro-batches per timed optimizer step (recipe key accumulation; default 1, a LAMB step "
-        "after every micro-batch, the least favourable case for ours: the 1-GPU recipe's 1,024 would make "
-        "one timed step last a minute)",
+        help="ours and Hugging Face: micro-batches per timed optimizer step (recipe key accumulation; default 1, "
+        "an optimizer step after every micro-batch, the least favourable case for ours' LAMB: the 1-GPU "
+        "recipe's 1,024 would make one timed step last a minute)",
     )  # fmt: skip
     p.add_argument(
         "--text", nargs="?", const=DEFAULT_TEXT, default=None, metavar="DIR",

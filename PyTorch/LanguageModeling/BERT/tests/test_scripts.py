@@ -75,7 +75,7 @@ def test_benchmark_times_the_recipe_step_on_cpu(tmp_path, extra):
 
 def test_benchmark_packs_real_text_against_padding(tmp_path):
     proc = sh("benchmark.sh", *TINY_BENCH, "--set", "max_seq=64", "--set", "max_predictions=10", "--text",
-              "--output", tmp_path / "bench.json")  # fmt: skip
+              "--accumulation", 2, "--output", tmp_path / "bench.json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((tmp_path / "bench.json").read_text())
     packed, padded = report["meta"]["data"]["packed"], report["meta"]["data"]["padded"]
@@ -84,6 +84,7 @@ def test_benchmark_packs_real_text_against_padding(tmp_path):
     assert "padding: " in proc.stdout and " of tokens packed" in proc.stdout
     ours, hf = report["results"]
     assert (ours["data"], hf["data"], ours["seq"]) == ("packed", "padded", 64)
+    assert ours["accumulation"] == hf["accumulation"] == 2  # both sum two micro-batches per optimizer step
 
 
 def test_evaluate_scores_a_predictions_file(tmp_path):
