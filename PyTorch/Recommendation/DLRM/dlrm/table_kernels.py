@@ -5,7 +5,7 @@ that row in place, in one kernel.
 Same numbers as the torch path (``F.embedding_bag``, ``touched_rows_gradient`` and
 ``RowWiseAdagrad`` / ``torch.optim.SGD``) up to the order of float sums. The backward needs no
 host sync: the ids are sorted, run starts found with a comparison and a cumsum into worst-case
-[lookups] buffers, and one program per possible run does nothing where no run starts; each row
+[lookups] buffers, and programs for as many runs as lookups skip the runs past the last; each row
 belongs to one program, so no atomics. Kernels run on CUDA tensors, or on any device under
 Triton's interpreter (``TRITON_INTERPRET=1``, set before this module is imported).
 """
@@ -18,9 +18,10 @@ import torch
 import triton
 import triton.language as tl
 
-# Lookups a lookup program gathers at once (at most), and a row program sums at once.
+# Lookups a lookup program gathers at once (at most); runs (distinct rows) an update program takes,
+# one warp each.
 LOOKUP_BLOCK = 16
-UPDATE_BLOCK = 4
+UPDATE_RUNS = 4
 
 
 def runs_kernels(tensor: torch.Tensor) -> bool:
@@ -69,44 +70,47 @@ def _row_update_kernel(
     order_ptr,
     bag_of_id_ptr,
     run_start_ptr,
+    num_lookups,
     lr,
     eps,
     D: tl.constexpr,
-    BLOCK_L: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    RUNS: tl.constexpr,
     ADAGRAD: tl.constexpr,
 ):
-    run = tl.program_id(0)
-    start = tl.load(run_start_ptr + run)
-    end = tl.load(run_start_ptr + run + 1)
-    valid = start < end  # programs past the last run have start == end
+    # RUNS runs a program, one [RUNS, D] tile: several rows' loads in flight at once.
+    runs = tl.program_id(0) * RUNS + tl.arange(0, RUNS)
+    in_range = runs < num_lookups
+    start = tl.load(run_start_ptr + runs, mask=in_range, other=0)
+    end = tl.load(run_start_ptr + runs + 1, mask=in_range, other=0)
+    valid = start < end  # runs past the last one have start == end
+    length = end - start
     row = tl.load(sorted_ids_ptr + start, mask=valid, other=0).to(tl.int64)
     dims = tl.arange(0, BLOCK_D)
     dim_mask = dims < D
-    grad = tl.zeros([BLOCK_D], dtype=tl.float32)
-    for first in range(start, end, BLOCK_L):
-        pos = first + tl.arange(0, BLOCK_L)
-        pos_mask = pos < end
-        lookup = tl.load(order_ptr + pos, mask=pos_mask, other=0)
+    grad = tl.zeros([RUNS, BLOCK_D], dtype=tl.float32)
+    for j in range(0, tl.max(length, axis=0)):
+        pos_mask = j < length
+        lookup = tl.load(order_ptr + start + j, mask=pos_mask, other=0)
         bag = tl.load(bag_of_id_ptr + lookup, mask=pos_mask, other=0).to(tl.int64)
         tile = tl.load(
             bag_grad_ptr + bag[:, None] * D + dims[None, :],
             mask=pos_mask[:, None] & dim_mask[None, :],
             other=0.0,
         )
-        grad += tl.sum(tile.to(tl.float32), axis=0)
-    row_mask = dim_mask & valid
-    weight = tl.load(weight_ptr + row * D + dims, mask=row_mask, other=0.0)
+        grad += tile.to(tl.float32)
+    row_mask = valid[:, None] & dim_mask[None, :]
+    weight = tl.load(weight_ptr + row[:, None] * D + dims[None, :], mask=row_mask, other=0.0)
     if ADAGRAD:
         # RowWiseAdagrad: state += mean(g^2); w += g * (-lr / (sqrt(state) + eps)).
-        mean_square = tl.div_rn(tl.sum(grad * grad, axis=0), tl.full([], D, tl.float32))
+        mean_square = tl.div_rn(tl.sum(grad * grad, axis=1), tl.full([RUNS], D, tl.float32))
         state = tl.load(state_ptr + row, mask=valid, other=0.0) + mean_square
         tl.store(state_ptr + row, state, mask=valid)
-        scale = -lr * tl.div_rn(1.0, tl.sqrt_rn(state) + eps)
+        scale = -lr * tl.div_rn(tl.full([RUNS], 1.0, tl.float32), tl.sqrt_rn(state) + eps)
     else:
-        scale = -lr
-    updated = weight.to(tl.float32) + grad * scale
-    tl.store(weight_ptr + row * D + dims, updated.to(weight.dtype), mask=row_mask)
+        scale = tl.zeros([RUNS], dtype=tl.float32) - lr
+    updated = weight.to(tl.float32) + grad * scale[:, None]
+    tl.store(weight_ptr + row[:, None] * D + dims[None, :], updated.to(weight.dtype), mask=row_mask)
 
 
 def bag_sum(weight: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, max_bag: int) -> torch.Tensor:
@@ -153,7 +157,7 @@ def update_touched_rows(
     positions = torch.arange(count, dtype=torch.int32, device=ids.device)
     run_start.scatter_(0, torch.where(is_start, run, count + 1), positions)
     adagrad = state is not None
-    _row_update_kernel[(count,)](
+    _row_update_kernel[(triton.cdiv(count, UPDATE_RUNS),)](
         weight,
         state if adagrad else weight,
         bag_grad.contiguous(),
@@ -161,11 +165,12 @@ def update_touched_rows(
         order,
         bag_of_id,
         run_start,
+        count,
         float(lr),
         float(eps),
         D=dim,
-        BLOCK_L=UPDATE_BLOCK,
         BLOCK_D=triton.next_power_of_2(dim),
+        RUNS=UPDATE_RUNS,
         ADAGRAD=adagrad,
-        num_warps=1,
+        num_warps=UPDATE_RUNS,
     )
