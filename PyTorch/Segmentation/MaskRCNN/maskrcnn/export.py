@@ -10,6 +10,8 @@ and resizes as the PyTorch model does); outputs ``boxes (N, 4)`` xyxy pixels of 
   maskrcnn_onnx     onnxruntime_onnx (Triton's GPU/CPU onnxruntime backend)
   maskrcnn_python   python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
                     over the same ONNX file, for servers that carry only the python backend
+The graph holds torchvision's RPN filter whatever the checkpoint's ``speed.rpn_nms``: the batched
+filter's Triton kernels cannot be traced, so it runs torchvision's code while tracing (same proposals).
 """
 
 from __future__ import annotations

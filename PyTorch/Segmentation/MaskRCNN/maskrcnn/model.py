@@ -16,6 +16,8 @@ Inputs are lists of ``(3, H, W)`` float images in [0, 1]; the model normalises a
 
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 from torch import nn
 from torchvision.models import resnet18, resnet50
@@ -33,6 +35,8 @@ from torchvision.ops.misc import FrozenBatchNorm2d
 # v1/v2: torchvision's two Mask R-CNN ResNet-50-FPN layouts. "tiny": a ResNet-18 trunk and 64-channel
 # FPN and heads in the same structure, for CPU tests and smoke runs only (no published checkpoint).
 VARIANTS = ("v1", "v2", "tiny")
+# The RPN's NMS (recipe key speed.rpn_nms): maskrcnn.rpn_nms's batched kernels, or torchvision's loop
+RPN_NMS = ("batched", "torchvision")
 
 # The MLPerf reference's settings (maskrcnn-benchmark e2e_mask_rcnn_R_50_FPN_1x) where torchvision's
 # defaults differ: 1000 RPN proposals per image after NMS in training (torchvision keeps 2000).
@@ -115,8 +119,11 @@ def model_from_recipe(recipe: dict, num_classes: int) -> MaskRCNN:
         **m,
     )
     rpn_nms = recipe.get("speed", {}).get("rpn_nms", "torchvision")
-    if rpn_nms != "torchvision":
-        # Triton defines its kernels at import (interpreted or compiled): import only when asked for
+    if rpn_nms not in RPN_NMS:
+        raise SystemExit(f"error: speed.rpn_nms must be one of {', '.join(RPN_NMS)}, got '{rpn_nms}'")
+    # Triton defines its kernels at import (interpreted or compiled): imported only when asked for.
+    # CPU-only PyTorch has no Triton, and no CUDA for the kernels: torchvision's filter, same proposals.
+    if rpn_nms == "batched" and importlib.util.find_spec("triton") is not None:
         from maskrcnn.rpn_nms import use_rpn_nms
 
         use_rpn_nms(model, rpn_nms)

@@ -33,7 +33,8 @@ import triton.language as tl
 from torchvision.models.detection.rpn import RegionProposalNetwork
 from torchvision.ops import boxes as box_ops
 
-RPN_NMS = ("batched", "torchvision")
+from maskrcnn.model import RPN_NMS
+
 BITS = 32  # boxes per mask word (int32 words)
 # torchvision.ops.batched_nms shifts boxes per level at or below this many coordinates per image
 # (CPU, CUDA), and runs NMS level by level on unshifted boxes above it.

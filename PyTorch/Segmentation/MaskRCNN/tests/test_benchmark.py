@@ -60,7 +60,7 @@ def test_ours_is_the_recipe_with_set_overrides_and_the_train_step(monkeypatch):
     )
     model, recipe = build("ours", a)
     assert model.roi_heads.detections_per_img == 7  # the second --set did not drop the first
-    assert recipe["speed"] == {"compile": False, "cudnn_benchmark": False}
+    assert recipe["speed"] == {"compile": False, "cudnn_benchmark": False, "rpn_nms": "torchvision"}
     calls = []
     real = maskrcnn.train.train_step
     monkeypatch.setattr(maskrcnn.train, "train_step", lambda *x, **k: calls.append(k) or real(*x, **k))

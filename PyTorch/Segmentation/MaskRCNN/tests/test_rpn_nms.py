@@ -1,14 +1,16 @@
 """The batched RPN NMS (maskrcnn.rpn_nms) against torchvision's filter: same keep sets, same proposals
-in the same order. On a CPU the Triton kernels run in Triton's interpreter (set before the kernels are
-defined); the full-size case runs on a GPU only."""
+in the same order. Without a GPU the Triton kernels run in Triton's interpreter (small cases); with
+one, the full-size case runs compiled."""
 
 import copy
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+import torch
+
+if not torch.cuda.is_available():  # before the kernels are defined; a GPU runs them compiled
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 from maskrcnn.rpn_nms import BatchedNMSRegionProposalNetwork, greedy_nms_keep  # noqa: E402
 from torchvision.models.detection.rpn import RegionProposalNetwork  # noqa: E402
 from torchvision.ops import nms  # noqa: E402
@@ -142,9 +144,19 @@ def test_filter_proposals_level_by_level_regime_and_post_nms_cut():
 
 
 def test_tracing_and_plain_cpu_use_torchvision_filter(monkeypatch):
+    from maskrcnn import rpn_nms
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    seen = []
+    torch.jit.trace(
+        lambda x: seen.append(rpn_nms._runs_kernels(x)) or x + 1, torch.zeros(1), check_trace=False
+    )
+    assert seen == [False]  # ONNX export traces: torchvision's filter goes into the graph
+    assert rpn_nms._runs_kernels(torch.zeros(1))
+
     reference, batched = make_rpn(64, 150)
     proposals, objectness = rpn_inputs([100, 40], [(80, 80)], 1)
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a CPU without the interpreter: torchvision's filter
     calls = []
     monkeypatch.setattr(
         BatchedNMSRegionProposalNetwork, "_batched_filter_proposals", lambda *a: calls.append(a)
