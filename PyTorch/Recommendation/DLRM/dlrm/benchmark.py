@@ -108,6 +108,7 @@ def main(argv=None) -> None:
     }
     results = []
     run = Run(recipe, {"num_embeddings": rows, "num_dense": NUM_DENSE}, device, env.rank, env.world_size)
+    meta["table_kernels"] = "triton" if run.table_kernels else "torch"
     ours = measure(
         cycle(run.step),
         items_per_call=batch,

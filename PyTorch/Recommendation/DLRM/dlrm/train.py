@@ -45,6 +45,7 @@ class Run:
         self.amp = recipe.get("amp", "fp32")
         seed = int(recipe.get("seed", 0))
         self.plan = None
+        self.table_kernels = False  # the plain path's Triton table kernels (speed.table_kernels)
         if self.kind == "torchrec":
             from dlrm.sharding import build_torchrec, dense_parameters
 
