@@ -36,6 +36,8 @@ from torchvision.ops import boxes as box_ops
 from maskrcnn.model import RPN_NMS
 
 BITS = 32  # boxes per mask word (int32 words)
+# Multiply-adds fused into FMAs in the IoU, as nvcc compiles torchvision's kernel by default
+FP_FUSION = True
 # torchvision.ops.batched_nms shifts boxes per level at or below this many coordinates per image
 # (CPU, CUDA), and runs NMS level by level on unshifted boxes above it.
 COORDINATE_TRICK_MAX_NUMEL = {"cpu": 4000, "cuda": 100_000}
@@ -68,7 +70,8 @@ def _overlap_mask_kernel(
     inter = width * height
     area_a = (ax2 - ax1) * (ay2 - ay1)
     area_b = (bx2 - bx1) * (by2 - by1)
-    overlap = (inter / (area_a + area_b - inter)) > threshold
+    # IEEE division as nvcc's "/" (Triton's "/" on float32 is an approximate division)
+    overlap = tl.math.div_rn(inter, area_a + area_b - inter) > threshold
     overlap = overlap & (cols[None, :, :] > rows[:, None, None]) & col_ok[None, :, :]
     bits = tl.sum(overlap.to(tl.int32) << bit[None, None, :], axis=2)  # disjoint bits: sum == or
     out = mask_ptr + (pair * n + rows[:, None]) * words + word[None, :]
@@ -107,7 +110,14 @@ def greedy_nms_keep(boxes: torch.Tensor, counts: torch.Tensor, iou_threshold: fl
     block_rows, block_words = 32, 4
     grid = (pairs, triton.cdiv(n, block_rows), triton.cdiv(words, block_words))
     _overlap_mask_kernel[grid](
-        boxes, mask, n, words, iou_threshold, BLOCK_ROWS=block_rows, BLOCK_WORDS=block_words
+        boxes,
+        mask,
+        n,
+        words,
+        iou_threshold,
+        BLOCK_ROWS=block_rows,
+        BLOCK_WORDS=block_words,
+        enable_fp_fusion=FP_FUSION,
     )
     _greedy_keep_kernel[(pairs,)](
         mask,
