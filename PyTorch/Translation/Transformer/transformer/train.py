@@ -132,7 +132,8 @@ def training_net(model: nn.Module, recipe: dict, device, distributed: bool = Fal
     ``train.label_smoothing``), under DDP when ``distributed``, compiled as ``train.compile`` says.
 
     Token-count batches change shape every step: torch.compile compiles the first shape, recompiles
-    once with dynamic batch and length dimensions on the second, and then reuses that graph.
+    with the dimensions that changed made dynamic (once, when the second batch changes all three),
+    and then reuses that graph.
     """
     from zoo.torch import distributed_model
 
