@@ -41,6 +41,8 @@ FP_FUSION = True
 # torchvision.ops.batched_nms shifts boxes per level at or below this many coordinates per image
 # (CPU, CUDA), and runs NMS level by level on unshifted boxes above it.
 COORDINATE_TRICK_MAX_NUMEL = {"cpu": 4000, "cuda": 100_000}
+# Triton decides at import whether the kernels below are interpreted (they then also take CPU tensors)
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
@@ -134,7 +136,7 @@ def greedy_nms_keep(boxes: torch.Tensor, counts: torch.Tensor, iou_threshold: fl
 def _runs_kernels(tensor: torch.Tensor) -> bool:
     if torch.jit.is_tracing() or torch.jit.is_scripting():
         return False
-    return tensor.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+    return tensor.is_cuda or INTERPRETED
 
 
 class BatchedNMSRegionProposalNetwork(RegionProposalNetwork):

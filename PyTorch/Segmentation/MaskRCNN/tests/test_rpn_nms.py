@@ -143,10 +143,11 @@ def test_filter_proposals_level_by_level_regime_and_post_nms_cut():
     assert all(200 < k < 1200 for k in sizes[1200]) and sizes[200] == [200, 200]
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:FutureWarning")
 def test_tracing_and_plain_cpu_use_torchvision_filter(monkeypatch):
     from maskrcnn import rpn_nms
 
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(rpn_nms, "INTERPRETED", True)
     seen = []
     torch.jit.trace(
         lambda x: seen.append(rpn_nms._runs_kernels(x)) or x + 1, torch.zeros(1), check_trace=False
@@ -156,7 +157,7 @@ def test_tracing_and_plain_cpu_use_torchvision_filter(monkeypatch):
 
     reference, batched = make_rpn(64, 150)
     proposals, objectness = rpn_inputs([100, 40], [(80, 80)], 1)
-    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a CPU without the interpreter: torchvision's filter
+    monkeypatch.setattr(rpn_nms, "INTERPRETED", False)  # a CPU without the interpreter: torchvision's filter
     calls = []
     monkeypatch.setattr(
         BatchedNMSRegionProposalNetwork, "_batched_filter_proposals", lambda *a: calls.append(a)
