@@ -18,10 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
-# Lookups a lookup program gathers at once (at most); runs (distinct rows) an update program takes,
-# one warp each.
+# Lookups a lookup program gathers at once (at most). Runs (distinct rows) an update program takes
+# over its warps: two a warp keep two rows' dependent loads in flight (the kernel waits on latency).
 LOOKUP_BLOCK = 16
-UPDATE_RUNS = 4
+UPDATE_RUNS = 8
+UPDATE_WARPS = 4
 
 
 def runs_kernels(tensor: torch.Tensor) -> bool:
@@ -172,5 +173,5 @@ def update_touched_rows(
         BLOCK_D=triton.next_power_of_2(dim),
         RUNS=UPDATE_RUNS,
         ADAGRAD=adagrad,
-        num_warps=UPDATE_RUNS,
+        num_warps=UPDATE_WARPS,
     )
