@@ -36,8 +36,10 @@ from torchvision.ops import boxes as box_ops
 from maskrcnn.model import RPN_NMS
 
 BITS = 32  # boxes per mask word (int32 words)
-# Multiply-adds fused into FMAs in the IoU, as nvcc compiles torchvision's kernel by default
-FP_FUSION = True
+# The IoU's union as nvcc compiles torchvision's devIoU (--fmad=true, its default): the column box's
+# area fused into the row box's, the intersection subtracted by a second FMA. False: every product
+# and sum rounded (torchvision's CPU kernel). Triton's interpreter rounds each step either way.
+NVCC_FMA = True
 # torchvision.ops.batched_nms shifts boxes per level at or below this many coordinates per image
 # (CPU, CUDA), and runs NMS level by level on unshifted boxes above it.
 COORDINATE_TRICK_MAX_NUMEL = {"cpu": 4000, "cuda": 100_000}
@@ -47,7 +49,14 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 @triton.jit
 def _overlap_mask_kernel(
-    boxes_ptr, mask_ptr, n, words, threshold, BLOCK_ROWS: tl.constexpr, BLOCK_WORDS: tl.constexpr
+    boxes_ptr,
+    mask_ptr,
+    n,
+    words,
+    threshold,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_WORDS: tl.constexpr,
+    FUSED_UNION: tl.constexpr,
 ):
     """mask[pair, i, w] bit b: IoU(box i, box j = 32 w + b) > threshold and j > i (sorted boxes)."""
     pair = tl.program_id(0)
@@ -71,9 +80,12 @@ def _overlap_mask_kernel(
     height = tl.maximum(tl.minimum(ay2, by2) - tl.maximum(ay1, by1), 0.0)
     inter = width * height
     area_a = (ax2 - ax1) * (ay2 - ay1)
-    area_b = (bx2 - bx1) * (by2 - by1)
+    if FUSED_UNION:
+        union = tl.fma(-width, height, tl.fma(bx2 - bx1, by2 - by1, area_a))
+    else:
+        union = area_a + (bx2 - bx1) * (by2 - by1) - inter
     # IEEE division as nvcc's "/" (Triton's "/" on float32 is an approximate division)
-    overlap = tl.math.div_rn(inter, area_a + area_b - inter) > threshold
+    overlap = tl.math.div_rn(inter, union) > threshold
     overlap = overlap & (cols[None, :, :] > rows[:, None, None]) & col_ok[None, :, :]
     bits = tl.sum(overlap.to(tl.int32) << bit[None, None, :], axis=2)  # disjoint bits: sum == or
     out = mask_ptr + (pair * n + rows[:, None]) * words + word[None, :]
@@ -119,7 +131,8 @@ def greedy_nms_keep(boxes: torch.Tensor, counts: torch.Tensor, iou_threshold: fl
         iou_threshold,
         BLOCK_ROWS=block_rows,
         BLOCK_WORDS=block_words,
-        enable_fp_fusion=FP_FUSION,
+        FUSED_UNION=NVCC_FMA,
+        enable_fp_fusion=False,  # only the FMAs written above, whatever LLVM would contract
     )
     _greedy_keep_kernel[(pairs,)](
         mask,
