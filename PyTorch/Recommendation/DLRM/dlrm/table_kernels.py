@@ -1,13 +1,15 @@
 """Triton kernels of the fused table (``speed.table_kernels: triton``): the sum-pooled lookup, and
 the backward that sums each touched row's bag gradients and applies SGD or row-wise Adagrad to
-that row in place, in one kernel.
+that row in place in the same kernel.
 
 Same numbers as the torch path (``F.embedding_bag``, ``touched_rows_gradient`` and
 ``RowWiseAdagrad`` / ``torch.optim.SGD``) up to the order of float sums. The backward needs no
-host sync: the ids are sorted, run starts found with a comparison and a cumsum into worst-case
-[lookups] buffers, and programs for as many runs as lookups skip the runs past the last; each row
-belongs to one program, so no atomics. Kernels run on CUDA tensors, or on any device under
-Triton's interpreter (``TRITON_INTERPRET=1``, set before this module is imported).
+host sync: the ids are sorted, run starts (one run per distinct row) found with a comparison and a
+cumsum into worst-case [lookups] buffers, and programs for as many runs as lookups skip those past
+the last. A row looked up at most UPDATE_CHUNK times is summed and updated by one program (no
+atomics); a hotter row's lookups are cut into chunks summed by several programs into one float32
+slot (atomic adds), which a second kernel applies. Kernels run on CUDA tensors, or on any device
+under Triton's interpreter (``TRITON_INTERPRET=1``, set before this module is imported).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import triton.language as tl
 LOOKUP_BLOCK = 16
 UPDATE_RUNS = 8
 UPDATE_WARPS = 4
+# Lookups of one row an update program sums at most; a longer run's chunks add into one slot.
+UPDATE_CHUNK = 32
 
 
 def runs_kernels(tensor: torch.Tensor) -> bool:
@@ -63,15 +67,12 @@ def _bag_sum_kernel(
 
 
 @triton.jit
-def _row_update_kernel(
+def _update_rows(
     weight_ptr,
     state_ptr,
-    bag_grad_ptr,
-    sorted_ids_ptr,
-    order_ptr,
-    bag_of_id_ptr,
-    run_start_ptr,
-    num_lookups,
+    row,
+    grad,
+    valid,
     lr,
     eps,
     D: tl.constexpr,
@@ -79,13 +80,57 @@ def _row_update_kernel(
     RUNS: tl.constexpr,
     ADAGRAD: tl.constexpr,
 ):
-    # RUNS runs a program, one [RUNS, D] tile: several rows' loads in flight at once.
-    runs = tl.program_id(0) * RUNS + tl.arange(0, RUNS)
-    in_range = runs < num_lookups
-    start = tl.load(run_start_ptr + runs, mask=in_range, other=0)
-    end = tl.load(run_start_ptr + runs + 1, mask=in_range, other=0)
-    valid = start < end  # runs past the last one have start == end
+    """SGD or row-wise Adagrad of rows ``row`` [RUNS] (where ``valid``) with gradients [RUNS, BLOCK_D]."""
+    dims = tl.arange(0, BLOCK_D)
+    row_mask = valid[:, None] & (dims < D)[None, :]
+    weight = tl.load(weight_ptr + row[:, None] * D + dims[None, :], mask=row_mask, other=0.0)
+    if ADAGRAD:
+        # RowWiseAdagrad: state += mean(g^2); w += g * (-lr / (sqrt(state) + eps)).
+        mean_square = tl.div_rn(tl.sum(grad * grad, axis=1), tl.full([RUNS], D, tl.float32))
+        state = tl.load(state_ptr + row, mask=valid, other=0.0) + mean_square
+        tl.store(state_ptr + row, state, mask=valid)
+        scale = -lr * tl.div_rn(tl.full([RUNS], 1.0, tl.float32), tl.sqrt_rn(state) + eps)
+    else:
+        scale = tl.zeros([RUNS], dtype=tl.float32) - lr
+    updated = weight.to(tl.float32) + grad * scale[:, None]
+    tl.store(weight_ptr + row[:, None] * D + dims[None, :], updated.to(weight.dtype), mask=row_mask)
+
+
+@triton.jit
+def _chunk_update_kernel(
+    weight_ptr,
+    state_ptr,
+    long_grad_ptr,
+    bag_grad_ptr,
+    sorted_ids_ptr,
+    order_ptr,
+    bag_of_id_ptr,
+    chunk_start_ptr,
+    run_of_position_ptr,
+    run_length_ptr,
+    long_slot_ptr,
+    num_lookups,
+    lr,
+    eps,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    CHUNK: tl.constexpr,
+    RUNS: tl.constexpr,
+    ADAGRAD: tl.constexpr,
+):
+    # RUNS chunks a program, one [RUNS, D] tile: several rows' loads in flight at once. A chunk is
+    # a whole run of at most CHUNK lookups (updated here) or CHUNK lookups of a longer run (summed
+    # into that run's slot of long_grad, updated by _long_run_update_kernel).
+    chunks = tl.program_id(0) * RUNS + tl.arange(0, RUNS)
+    in_range = chunks < num_lookups
+    start = tl.load(chunk_start_ptr + chunks, mask=in_range, other=0)
+    end = tl.load(chunk_start_ptr + chunks + 1, mask=in_range, other=0)
+    valid = start < end  # chunks past the last one have start == end
     length = end - start
+    run = tl.load(run_of_position_ptr + start, mask=valid, other=0)
+    run_length = tl.load(run_length_ptr + run, mask=valid, other=0)
+    whole = valid & (run_length <= CHUNK)
+    part = valid & (run_length > CHUNK)
     row = tl.load(sorted_ids_ptr + start, mask=valid, other=0).to(tl.int64)
     dims = tl.arange(0, BLOCK_D)
     dim_mask = dims < D
@@ -100,18 +145,42 @@ def _row_update_kernel(
             other=0.0,
         )
         grad += tile.to(tl.float32)
-    row_mask = valid[:, None] & dim_mask[None, :]
-    weight = tl.load(weight_ptr + row[:, None] * D + dims[None, :], mask=row_mask, other=0.0)
-    if ADAGRAD:
-        # RowWiseAdagrad: state += mean(g^2); w += g * (-lr / (sqrt(state) + eps)).
-        mean_square = tl.div_rn(tl.sum(grad * grad, axis=1), tl.full([RUNS], D, tl.float32))
-        state = tl.load(state_ptr + row, mask=valid, other=0.0) + mean_square
-        tl.store(state_ptr + row, state, mask=valid)
-        scale = -lr * tl.div_rn(tl.full([RUNS], 1.0, tl.float32), tl.sqrt_rn(state) + eps)
-    else:
-        scale = tl.zeros([RUNS], dtype=tl.float32) - lr
-    updated = weight.to(tl.float32) + grad * scale[:, None]
-    tl.store(weight_ptr + row[:, None] * D + dims[None, :], updated.to(weight.dtype), mask=row_mask)
+    _update_rows(weight_ptr, state_ptr, row, grad, whole, lr, eps, D, BLOCK_D, RUNS, ADAGRAD)
+    slot = tl.load(long_slot_ptr + run, mask=part, other=0).to(tl.int64)
+    tl.atomic_add(
+        long_grad_ptr + slot[:, None] * D + dims[None, :], grad, mask=part[:, None] & dim_mask[None, :]
+    )
+
+
+@triton.jit
+def _long_run_update_kernel(
+    weight_ptr,
+    state_ptr,
+    long_grad_ptr,
+    sorted_ids_ptr,
+    run_start_ptr,
+    long_run_ptr,
+    num_slots,
+    num_lookups,
+    lr,
+    eps,
+    D: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    RUNS: tl.constexpr,
+    ADAGRAD: tl.constexpr,
+):
+    slots = tl.program_id(0) * RUNS + tl.arange(0, RUNS)
+    run = tl.load(long_run_ptr + slots, mask=slots < num_slots, other=num_lookups)
+    valid = run < num_lookups  # slots past the last long run hold num_lookups
+    start = tl.load(run_start_ptr + run, mask=valid, other=0)
+    row = tl.load(sorted_ids_ptr + start, mask=valid, other=0).to(tl.int64)
+    dims = tl.arange(0, BLOCK_D)
+    grad = tl.load(
+        long_grad_ptr + slots.to(tl.int64)[:, None] * D + dims[None, :],
+        mask=valid[:, None] & (dims < D)[None, :],
+        other=0.0,
+    )
+    _update_rows(weight_ptr, state_ptr, row, grad, valid, lr, eps, D, BLOCK_D, RUNS, ADAGRAD)
 
 
 def bag_sum(weight: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, max_bag: int) -> torch.Tensor:
@@ -146,32 +215,73 @@ def update_touched_rows(
     count, dim = ids.numel(), weight.shape[1]
     if count == 0:
         return
+    device = ids.device
     # 32-bit keys sort in half the radix passes; row ids of one device's table fit.
     keys = ids.to(torch.int32) if weight.shape[0] < 2**31 else ids
     sorted_ids, order = torch.sort(keys)
-    is_start = torch.ones(count, dtype=torch.bool, device=ids.device)
+    positions = torch.arange(count, dtype=torch.int32, device=device)
+    is_start = torch.ones(count, dtype=torch.bool, device=device)
     torch.ne(sorted_ids[1:], sorted_ids[:-1], out=is_start[1:])
-    run = torch.cumsum(is_start, 0) - 1
-    # run_start[r]: first sorted position of run r; `count` from the last run on (entry count + 1
-    # takes the positions that start no run).
-    run_start = torch.full((count + 2,), count, dtype=torch.int32, device=ids.device)
-    positions = torch.arange(count, dtype=torch.int32, device=ids.device)
-    run_start.scatter_(0, torch.where(is_start, run, count + 1), positions)
+    run_of_position = torch.cumsum(is_start, 0) - 1
+    run_start = _starts(is_start, run_of_position, positions)
+    run_length = run_start[1 : count + 1] - run_start[:count]  # 0 past the last run
+    # Chunks: runs cut every UPDATE_CHUNK lookups, so a hot row's lookups spread over programs.
+    is_chunk_start = (positions - run_start[run_of_position]) % UPDATE_CHUNK == 0
+    chunk_start = _starts(is_chunk_start, torch.cumsum(is_chunk_start, 0) - 1, positions)
+    # Runs longer than a chunk: a float32 gradient slot each (at most count // (chunk + 1) of them).
+    is_long = run_length > UPDATE_CHUNK
+    long_slot = torch.cumsum(is_long, 0) - 1
+    num_slots = count // (UPDATE_CHUNK + 1) + 1
+    long_run = torch.full((num_slots + 1,), count, dtype=torch.int32, device=device)
+    long_run.scatter_(0, torch.where(is_long, long_slot, num_slots), positions)
+    long_grad = torch.zeros(num_slots, dim, dtype=torch.float32, device=device)
     adagrad = state is not None
-    _row_update_kernel[(triton.cdiv(count, UPDATE_RUNS),)](
+    state_arg = state if adagrad else weight
+    block_d = triton.next_power_of_2(dim)
+    _chunk_update_kernel[(triton.cdiv(count, UPDATE_RUNS),)](
         weight,
-        state if adagrad else weight,
+        state_arg,
+        long_grad,
         bag_grad.contiguous(),
         sorted_ids,
         order,
         bag_of_id,
-        run_start,
+        chunk_start,
+        run_of_position,
+        run_length,
+        long_slot,
         count,
         float(lr),
         float(eps),
         D=dim,
-        BLOCK_D=triton.next_power_of_2(dim),
+        BLOCK_D=block_d,
+        CHUNK=UPDATE_CHUNK,
         RUNS=UPDATE_RUNS,
         ADAGRAD=adagrad,
         num_warps=UPDATE_WARPS,
     )
+    _long_run_update_kernel[(triton.cdiv(num_slots, UPDATE_RUNS),)](
+        weight,
+        state_arg,
+        long_grad,
+        sorted_ids,
+        run_start,
+        long_run,
+        num_slots,
+        count,
+        float(lr),
+        float(eps),
+        D=dim,
+        BLOCK_D=block_d,
+        RUNS=UPDATE_RUNS,
+        ADAGRAD=adagrad,
+        num_warps=UPDATE_WARPS,
+    )
+
+
+def _starts(is_start: torch.Tensor, index: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """[count + 2] int32: entry k = the position of the k-th True of ``is_start`` (``index`` = its
+    running count - 1), ``count`` after the last; entry count + 1 takes the other positions' writes."""
+    count = is_start.numel()
+    starts = torch.full((count + 2,), count, dtype=torch.int32, device=is_start.device)
+    return starts.scatter_(0, torch.where(is_start, index, count + 1), positions)

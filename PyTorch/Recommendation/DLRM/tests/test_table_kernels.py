@@ -83,6 +83,42 @@ def test_row_update_with_empty_bags_equals_the_torch_update(name, dtype):
         assert torch.all(state[rows] > 0) and torch.all(state[untouched] == 0)
 
 
+@pytest.mark.parametrize("name", ["rowwise_adagrad", "sgd"])
+def test_hot_rows_longer_than_a_chunk_equal_the_torch_update(name):
+    """Rows looked up 32, 33, 64 and 100 times (runs cut into chunks of UPDATE_CHUNK lookups,
+    summed into one slot) next to rows looked up once."""
+    from dlrm.table_kernels import UPDATE_CHUNK
+
+    assert UPDATE_CHUNK == 32
+    gen = torch.Generator().manual_seed(5)
+    repeats = torch.tensor([32, 33, 1, 100, 0, 64, 1, 2])
+    ids = torch.repeat_interleave(torch.arange(len(repeats)), repeats)
+    ids = ids[torch.randperm(ids.numel(), generator=gen)]
+    bag_of_id = torch.sort(torch.randint(0, 40, (ids.numel(),), generator=gen)).values  # empty bags too
+    init = torch.randn(len(repeats), DIM, generator=gen)
+    bag_grad = torch.randn(40, DIM, generator=gen)
+    ids, bag_of_id, init, bag_grad = (t.to(DEVICE) for t in (ids, bag_of_id, init, bag_grad))
+    rows, grad = touched_rows_gradient(bag_grad, ids, bag_of_id)
+    reference = torch.nn.Parameter(init.clone())
+    reference.grad = torch.sparse_coo_tensor(
+        rows.unsqueeze(0), grad, reference.shape, is_coalesced=True, check_invariants=False
+    )
+    opt = (
+        RowWiseAdagrad([reference], lr=0.1)
+        if name == "rowwise_adagrad"
+        else torch.optim.SGD([reference], lr=0.1)
+    )
+    opt.step()
+    weight, state = init.clone(), torch.zeros(len(repeats), device=DEVICE)
+    update_touched_rows(
+        weight, state if name == "rowwise_adagrad" else None, bag_grad, ids, bag_of_id, 0.1, 1e-8
+    )
+    torch.testing.assert_close(weight, reference.detach(), atol=1e-6, rtol=1e-5)
+    assert torch.equal(weight[4], init[4])  # never looked up
+    if name == "rowwise_adagrad":
+        torch.testing.assert_close(state, opt.state[reference]["sum"], atol=1e-6, rtol=1e-5)
+
+
 def two_steps(kernels: bool, name: str, rows, hotness, dim, batch: int, seed: int = 0):
     """(lookups of both steps, table, Adagrad state) after two steps of a FusedEmbeddingBags."""
     tables = FusedEmbeddingBags(table_names(len(rows)), rows, dim, hotness, seed).to(DEVICE)
