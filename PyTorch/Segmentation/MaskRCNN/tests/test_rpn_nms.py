@@ -119,6 +119,19 @@ def test_filter_proposals_equals_torchvision(dtype, score_thresh, coarse_scores,
 
 
 @pytest.mark.skipif(not interpreted, reason="the kernels run on CPU only in Triton's interpreter")
+def test_filter_proposals_with_images_left_without_boxes():
+    anchors_per_level = [50, 20]
+    image_shapes = [(60, 60), (50, 70)]
+    reference, batched = make_rpn(32, 40, score_thresh=0.8)
+    proposals, objectness = rpn_inputs(anchors_per_level, image_shapes, 2, coarse_scores=False)
+    objectness[: sum(anchors_per_level)] = -5.0  # the first image: every score under the threshold
+    want = reference.filter_proposals(proposals, objectness, image_shapes, anchors_per_level)
+    got = batched.filter_proposals(proposals, objectness, image_shapes, anchors_per_level)
+    assert_same_proposals(want, got)
+    assert len(got[0][0]) == 0 and got[0][0].shape == (0, 4) and len(got[0][1]) > 0
+
+
+@pytest.mark.skipif(not interpreted, reason="the kernels run on CPU only in Triton's interpreter")
 def test_filter_proposals_level_by_level_regime_and_post_nms_cut():
     # Over 1,000 boxes an image: torchvision's CPU batched_nms runs NMS per level on unshifted boxes,
     # then orders the kept boxes with an unstable sort, so scores here are distinct (float32)
