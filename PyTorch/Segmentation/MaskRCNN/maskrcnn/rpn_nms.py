@@ -214,7 +214,8 @@ class BatchedNMSRegionProposalNetwork(RegionProposalNetwork):
         does (in the boxes' dtype) for images with few enough boxes, unshifted for the others."""
         limit = COORDINATE_TRICK_MAX_NUMEL["cuda" if boxes.is_cuda else "cpu"]
         level_ids = torch.arange(levels, device=boxes.device).repeat_interleave(n).to(boxes)
-        max_coordinate = boxes.masked_fill(~valid[..., None], float("-inf")).flatten(1).amax(1)
+        # Clipped boxes lie in [0, size]: the floor 0 only touches images with no box left (-inf)
+        max_coordinate = boxes.masked_fill(~valid[..., None], float("-inf")).flatten(1).amax(1).clamp(min=0)
         # "+ 1" as a Python number adds in the same precision as batched_nms's one-element tensor,
         # without its host-to-device copy
         offsets = level_ids[None, :] * (max_coordinate + 1)[:, None]
