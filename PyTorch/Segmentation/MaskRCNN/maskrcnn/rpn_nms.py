@@ -121,7 +121,7 @@ def greedy_nms_keep(boxes: torch.Tensor, counts: torch.Tensor, iou_threshold: fl
     words = triton.cdiv(n, BITS)
     mask = torch.empty(pairs, n, words, dtype=torch.int32, device=boxes.device)
     boxes = boxes.float().contiguous()
-    block_rows, block_words = 32, 4
+    block_rows, block_words = 16, 2  # 1,024 IoUs a program: 8 a thread, no register spills
     grid = (pairs, triton.cdiv(n, block_rows), triton.cdiv(words, block_words))
     _overlap_mask_kernel[grid](
         boxes,
