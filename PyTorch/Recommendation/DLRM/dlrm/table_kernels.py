@@ -20,8 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-# Lookups a lookup program gathers at once (at most). Runs (distinct rows) an update program takes
-# over its warps: two a warp keep two rows' dependent loads in flight (the kernel waits on latency).
+# Lookups a lookup program gathers at once (at most). Rows (chunks) an update program takes over its
+# warps: two a warp keep two rows' dependent loads in flight (the kernel waits on latency).
 LOOKUP_BLOCK = 16
 UPDATE_RUNS = 8
 UPDATE_WARPS = 4
