@@ -684,14 +684,13 @@ TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def exit_on_termination_signals():
-    """While active, SIGTERM and SIGHUP raise SystemExit(128 + signal) instead of killing the process,
-    and Ctrl-C (SIGINT) prints one line and raises SystemExit(130) instead of KeyboardInterrupt.
+    """While active, SIGTERM and SIGHUP raise SystemExit(128 + signal) instead of killing the process.
 
-    Python's default for SIGTERM and SIGHUP ends the process without running ``finally`` blocks,
-    which would leave a tritonserver (started in a session of its own) running; its default for
-    SIGINT runs them but ends in a traceback. Only signals still at their default are taken over,
-    and only in the main thread (elsewhere this does nothing); the previous handlers come back at
-    the end.
+    Python's default for them ends the process without running ``finally`` blocks, which would
+    leave a tritonserver (started in a session of its own) running. Only signals still at their
+    default are taken over, and only in the main thread (elsewhere this does nothing); the previous
+    handlers come back at the end. Ctrl-C keeps Python's KeyboardInterrupt (``finally`` blocks run);
+    if nothing catches it, the process reports it in one line instead of a traceback (``sys.excepthook``).
     """
     import threading
 
@@ -702,8 +701,8 @@ def exit_on_termination_signals():
     for sig in TERMINATION_SIGNALS:
         if signal.getsignal(sig) is signal.SIG_DFL:
             previous[sig] = signal.signal(sig, _raise_system_exit)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _interrupted)
+    if not getattr(sys.excepthook, "reports_interrupts", False):
+        sys.excepthook = _interrupt_in_one_line(sys.excepthook)
     try:
         yield
     finally:
@@ -715,9 +714,18 @@ def _raise_system_exit(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _interrupted(signum, frame):
-    print("interrupted: stopping tritonserver", file=sys.stderr, flush=True)
-    raise SystemExit(128 + signum)
+def _interrupt_in_one_line(previous):
+    """An excepthook reporting an uncaught KeyboardInterrupt in one line (Python then still ends the
+    process as SIGINT would); any other exception goes to ``previous``."""
+
+    def hook(kind, value, traceback):
+        if issubclass(kind, KeyboardInterrupt):
+            print("interrupted (Ctrl-C): tritonserver stopped", file=sys.stderr, flush=True)
+        else:
+            previous(kind, value, traceback)
+
+    hook.reports_interrupts = True
+    return hook
 
 
 @dataclass
@@ -876,9 +884,6 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: tritonserver exited with code {code} (log: {server.log_path})")
     except KeyboardInterrupt:
         pass
-    except SystemExit as e:  # Ctrl-C while the server runs (exit_on_termination_signals): a normal stop
-        if e.code != 128 + signal.SIGINT:
-            raise
     except (RuntimeError, FileNotFoundError) as e:
         raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
     finally:
