@@ -119,10 +119,16 @@ def test_fused_adam_takes_the_plain_steps():
 @pytest.mark.parametrize(
     "value, mode",
     [(False, None), ("false", None), (None, None), (True, "default"), ("default", "default")]
-    + [("reduce-overhead", "reduce-overhead")],
+    + [("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")],
 )
 def test_compile_mode_reads_the_recipe_value(value, mode):
     assert compile_mode(value) == mode
+
+
+@pytest.mark.parametrize("value", ["reduce-overhead", "max-autotune"])
+def test_cuda_graph_modes_are_refused_in_one_line(value):
+    with pytest.raises(SystemExit, match=f"train.compile {value} replays CUDA graphs"):
+        compile_mode(value)
 
 
 def test_an_unknown_compile_mode_is_a_one_line_error():
@@ -189,11 +195,10 @@ def test_pad_batch_right_pads_after_an_optional_prefix():
 @pytest.mark.skipif(
     not torch.cuda.is_available(), reason="inductor compiles this for about a minute on a CPU; runs on a GPU"
 )
-@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+@pytest.mark.parametrize("mode", ["default", "max-autotune-no-cudagraphs"])
 def test_compiled_training_takes_the_eager_steps_on_a_gpu(mode):
     """Two updates of two micro-batches each (gradient accumulation) through the compiled step give
-    eager's losses and weights; reduce-overhead replays CUDA graphs, so its gradients must survive
-    the next micro-batch's replay."""
+    eager's losses and weights."""
     _, eager = models(fused_qkv=True, fused_cross_kv=True)
     eager = eager.cuda()
     opt_cfg = {"lr": 1e-3, "betas": [0.9, 0.98], "eps": 1e-3, "weight_decay": 0.0, "fused": True}
