@@ -96,6 +96,29 @@ def test_fused_projections_give_the_plain_cache_and_decoder_step():
         torch.testing.assert_close(actual, expected)
 
 
+def test_decoding_in_eval_mode_multiplies_the_projections_apart(monkeypatch):
+    """fused_qkv is a training lever: a decoding step (eval mode) would concatenate and cast the q/k/v
+    weights for one token per sentence, which measured slower on a GPU."""
+    import transformer.model as model_module
+
+    _, fused = models(fused_qkv=True)
+    fused.eval()
+    called = []
+    original = model_module.concatenated_linear
+    monkeypatch.setattr(
+        model_module, "concatenated_linear", lambda *a: called.append(len(a[1])) or original(*a)
+    )
+    src = batch()["src"]
+    with torch.no_grad():
+        cross_k, cross_v, mask = fused.encode(src)
+        self_k, self_v = fused.empty_cache(len(src))
+        fused.decode_step(torch.tensor([BOS, 7, 9]), cross_k, cross_v, mask, self_k, self_v)
+    assert 3 not in called  # no q/k/v concatenation (the cross-attention k/v lever may still run)
+    fused.train()
+    TranslationLoss(fused, 0.1)(src, batch()["tgt_in"], batch()["tgt_out"])
+    assert 3 in called
+
+
 def test_fused_adam_takes_the_plain_steps():
     plain, fused = models()
     data = batch()

@@ -91,7 +91,8 @@ class Attention(nn.Module):
 
     def qkv(self, x: torch.Tensor) -> tuple:
         """Self-attention queries, keys and values of ``x`` (B, T, D), each split (B, H, T, D/H)."""
-        if not self.fused_qkv:
+        # fused in training only: a decoding step would concatenate (and cast) the weights for one token
+        if not (self.fused_qkv and self.training):
             return self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
         b, t, d = x.shape
         qkv = concatenated_linear(x, [self.q, self.k, self.v]).view(b, t, 3, self.heads, d // self.heads)
