@@ -4,7 +4,7 @@ import json
 import pytest
 from zoo.dist import first_slurm_host, get_dist_env, is_primary
 from zoo.log import MetricsLogger
-from zoo.recipe import load_recipe, parse_overrides
+from zoo.recipe import compile_mode, flag, load_recipe, parse_overrides
 
 
 @pytest.fixture
@@ -123,3 +123,29 @@ def test_count_lists_and_non_negative_values(tmp_path):
         load_recipe(tmp_path / "r.yaml", {"eval.epochs": "[1, 0]"})
     with pytest.raises(SystemExit, match="workers must be a number >= 0"):
         load_recipe(tmp_path / "r.yaml", {"workers": "-1"})
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(True, True), ("true", True), ("1", True), ("yes", True), (False, False), ("0", False)],
+)
+def test_flag_reads_yaml_and_override_booleans(value, expected):
+    assert flag(value, "train.channels_last") is expected
+
+
+def test_flag_and_compile_mode_name_the_key_of_a_bad_value():
+    with pytest.raises(SystemExit, match="error: optimizer.fused must be true or false, not 'maybe'"):
+        flag("maybe", "optimizer.fused")
+    with pytest.raises(
+        SystemExit, match="error: compile must be false or one of default, max-autotune-no-cudagraphs, "
+    ):
+        compile_mode("fast", key="compile", modes=("default", "max-autotune-no-cudagraphs"))
+
+
+@pytest.mark.parametrize(
+    "value, mode",
+    [(False, None), ("none", None), ("eager", None), (None, None), (True, "default"), ("true", "default")]
+    + [("reduce-overhead", "reduce-overhead"), ("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")],
+)
+def test_compile_mode_reads_the_recipe_value(value, mode):
+    assert compile_mode(value) == mode

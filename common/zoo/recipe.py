@@ -6,7 +6,8 @@ that one first and merges this one over it, mapping by mapping.
 Recipes are strict: given ``known_keys_from`` (a model's ``configs/`` folder), a key that no shipped
 recipe has (``lr_per_265``, ``epoch``) is an error naming the nearest known key, in a file as in a
 ``--set`` override; and counts (batch sizes, epochs, steps, accumulation, image size, classes) must be
-positive integers (:data:`POSITIVE_INTEGERS`), checked once here for every model.
+positive integers (:data:`POSITIVE_INTEGERS`), checked once here for every model. :func:`flag` and
+:func:`compile_mode` read the two kinds of lever value every model has (a boolean, a compile mode).
 """
 
 from __future__ import annotations
@@ -37,6 +38,33 @@ POSITIVE_INTEGERS = frozenset(
 NON_NEGATIVE = frozenset(
     {"workers", "warmup_epochs", "warmup_steps", "every_steps", "checkpoint_every_steps", "keep_checkpoints"}
 )
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def flag(value, key: str) -> bool:
+    """A recipe boolean: YAML's true/false, or the strings a ``--set`` override carries ("true", "0",
+    "yes", ...); anything else is a one-line SystemExit naming ``key``."""
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("true", "1", "yes"):
+        return True
+    if str(value).lower() in ("false", "0", "no"):
+        return False
+    raise SystemExit(f"error: {key} must be true or false, not {value!r}")
+
+
+def compile_mode(value, key: str = "train.compile", modes=COMPILE_MODES) -> str | None:
+    """A recipe's compile lever as a ``torch.compile`` mode: None (eager) for false / none / eager,
+    "default" for true, else one of ``modes``; anything else is a one-line SystemExit naming ``key``."""
+    if value is None or value is False or str(value).lower() in ("false", "none", "no", "eager"):
+        return None
+    if value is True or str(value).lower() in ("true", "yes"):
+        return "default"
+    if value not in modes:
+        raise SystemExit(f"error: {key} must be false or one of {', '.join(modes)}, not {value!r}")
+    return value
 
 
 def load_recipe(path, overrides: dict | None = None, known_keys_from=None) -> dict:

@@ -32,6 +32,8 @@ import torch.distributed as dist
 import torch.nn as nn
 import zoo.cli
 from zoo.bench import format_profile, measure, profile_step, write_report
+from zoo.recipe import compile_mode
+from zoo.recipe import flag as recipe_flag
 from zoo.torch import (
     autocast,
     close_distributed,
@@ -50,9 +52,7 @@ from resnet50.step import (
     TrainStep,
     build_model,
     build_train_step,
-    compile_mode,
     peak_learning_rate,
-    recipe_flag,
     recipe_levers,
 )
 from resnet50.train import DEFAULT_RECIPE

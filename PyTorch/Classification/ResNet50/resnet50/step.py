@@ -12,35 +12,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from zoo.recipe import compile_mode
+from zoo.recipe import flag as recipe_flag
 from zoo.torch import amp_dtype, autocast, distributed_model, grad_scaler, parameter_groups
 
 from resnet50.model import ResNet, resnet50
-
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
-def recipe_flag(value, key: str) -> bool:
-    """A recipe boolean: YAML's true/false, or the strings an override may carry."""
-    if isinstance(value, bool):
-        return value
-    if str(value).lower() in ("true", "1", "yes"):
-        return True
-    if str(value).lower() in ("false", "0", "no"):
-        return False
-    raise SystemExit(f"error: {key} must be true or false, not {value!r}")
-
-
-def compile_mode(value) -> str | None:
-    """``train.compile`` as a ``torch.compile`` mode; None (eager) for false / none; true is "default"."""
-    if value is None or value is False or str(value).lower() in ("false", "none", "no", "eager"):
-        return None
-    if value is True or str(value).lower() in ("true", "yes"):
-        return "default"
-    if value not in COMPILE_MODES:
-        raise SystemExit(
-            f"error: train.compile must be false or one of {', '.join(COMPILE_MODES)}, not {value!r}"
-        )
-    return value
 
 
 def peak_learning_rate(recipe: dict, world_size: int) -> float:

@@ -26,6 +26,7 @@ from zoo.checkpoints import CheckpointError, atomic_write
 from zoo.dist import get_dist_env
 from zoo.log import MetricsLogger
 from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger
+from zoo.recipe import COMPILE_MODES
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
     autocast,
@@ -39,7 +40,7 @@ from zoo.torch import (
 from resnet50.checkpoints import load_weights, read_checkpoint, resolve_weights
 from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
 from resnet50.data.verify import check_split
-from resnet50.step import COMPILE_MODES, build_model, build_train_step, recipe_levers
+from resnet50.step import build_model, build_train_step, recipe_levers
 
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_RECIPE = MODEL_DIR / "configs" / "resnet50_1gpu_90ep.yaml"

@@ -16,24 +16,17 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from zoo.recipe import compile_mode
 from zoo.torch import autocast, distributed_model, grad_scaler, parameter_groups, seed_everything
 
 from bert import convert
 from bert.lamb import Lamb, lamb_implementation, warmup_poly_schedule
 from bert.model import BertForPreTraining, bert_config, pretraining_loss
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
 
 def compile_mode_of(value) -> str | None:
     """The recipe's `compile`: false/None (eager), true (default mode) or a torch.compile mode name."""
-    if value in (None, False):
-        return None
-    if value is True:
-        return "default"
-    if value not in COMPILE_MODES:
-        raise SystemExit(f"compile: {value!r} is not true, false or one of {', '.join(COMPILE_MODES)}")
-    return value
+    return compile_mode(value, key="compile")
 
 
 def uses_bf16_weights(recipe: dict, world_size: int = 1, is_primary: bool = True) -> bool:

@@ -20,6 +20,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import zoo.recipe
 from torch import nn
 
 from transformer.data import Pairs, collate, load_tokenizer, make_numbers, token_batches
@@ -94,32 +95,13 @@ class TranslationLoss(nn.Module):
 
 
 def compile_mode(value) -> str | None:
-    """``train.compile`` as a ``torch.compile`` mode; None (eager) for false / none; true is "default"."""
-    if value is None or value is False or str(value).lower() in ("false", "none", "no", "eager"):
-        return None
-    if value is True or str(value).lower() in ("true", "yes"):
-        return "default"
+    """``train.compile`` as a ``torch.compile`` mode (zoo.recipe.compile_mode), without the CUDA-graph modes."""
     if value in CUDA_GRAPH_MODES:
         raise SystemExit(
             f"error: train.compile {value} replays CUDA graphs, which fail on this model's shared embedding "
             "gradient; use default or max-autotune-no-cudagraphs"
         )
-    if value not in COMPILE_MODES:
-        raise SystemExit(
-            f"error: train.compile must be false or one of {', '.join(COMPILE_MODES)}, not {value!r}"
-        )
-    return value
-
-
-def recipe_flag(value, key: str) -> bool:
-    """A recipe boolean: YAML's true/false, or the strings a ``--set`` override carries."""
-    if isinstance(value, bool):
-        return value
-    if str(value).lower() in ("true", "1", "yes"):
-        return True
-    if str(value).lower() in ("false", "0", "no"):
-        return False
-    raise SystemExit(f"error: {key} must be true or false, not {value!r}")
+    return zoo.recipe.compile_mode(value, modes=COMPILE_MODES)
 
 
 def build_optimizer(model: nn.Module, opt_cfg: dict):
@@ -131,7 +113,7 @@ def build_optimizer(model: nn.Module, opt_cfg: dict):
         lr=opt_cfg["lr"],
         betas=tuple(opt_cfg["betas"]),
         eps=opt_cfg["eps"],
-        fused=recipe_flag(opt_cfg["fused"], "optimizer.fused"),
+        fused=zoo.recipe.flag(opt_cfg["fused"], "optimizer.fused"),
     )
 
 
