@@ -782,10 +782,18 @@ def signal_when_serving(command, sig, *, ready_text=None, env=None, cwd=None, ti
 
     The signal goes once the command has printed ``ready_text`` (when given) and a tritonserver with
     a python stub runs under it; with ``ready_text=None`` it arrives while models still load. For
-    tests of the deploy scripts: ``left_running`` must be empty.
+    tests of the deploy scripts: ``left_running`` must be empty. The command starts with SIGINT at its
+    default, as a program in a terminal does, also where this process runs in the background (where
+    the shell ignored SIGINT and the command would inherit that).
     """
+
+    def default_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     with tempfile.TemporaryFile("w+") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        process = subprocess.Popen(
+            command, stdout=output, stderr=subprocess.STDOUT, env=env, cwd=cwd, preexec_fn=default_sigint
+        )
         try:
             deadline = time.monotonic() + timeout
             served_by = []
