@@ -3,6 +3,11 @@ PYTHON ?= python3.11
 VENV := .venv
 DOCKER ?= docker
 PYTEST_FLAGS ?= -x -q --timeout=900
+# Large wheels (DALI 424 MB, TensorFlow, torch's CUDA libraries) come over the network: pip resumes a cut
+# download, and a failed install is run again (the wheels already fetched stay in pip's cache).
+PIP_FLAGS := -q --retries 10 --resume-retries 20
+pip_retry = for try in 1 2 3; do $(1) && break; [ $$try = 3 ] && exit 1; \
+	echo "pip install failed (attempt $$try of 3); trying again" >&2; sleep 15; done
 
 PT_REQS := $(wildcard PyTorch/*/*/requirements.txt)
 # Packages whose declared dependencies must not be installed (a model says why in the file).
@@ -29,24 +34,24 @@ setup-mxnet: $(VENV)/mxnet/.ready
 # A venv is rebuilt in place when its requirement files change; the stamp is written last.
 $(VENV)/pytorch/.ready: common/envs/pytorch.txt common/pyproject.toml $(PT_REQS) $(PT_NODEPS)
 	$(PYTHON) -m venv $(VENV)/pytorch
-	$(VENV)/pytorch/bin/python -m pip install -q --upgrade pip
-	$(VENV)/pytorch/bin/python -m pip install -q -r common/envs/pytorch.txt $(addprefix -r ,$(PT_REQS))
+	$(call pip_retry,$(VENV)/pytorch/bin/python -m pip install -q --retries 10 --upgrade pip)
+	$(call pip_retry,$(VENV)/pytorch/bin/python -m pip install $(PIP_FLAGS) -r common/envs/pytorch.txt $(addprefix -r ,$(PT_REQS)))
 	$(if $(PT_NODEPS),$(VENV)/pytorch/bin/python -m pip install -q --no-deps $(addprefix -r ,$(PT_NODEPS)))
 	$(VENV)/pytorch/bin/python -m pip install -q --no-deps -e common
 	touch $@
 
 $(VENV)/tensorflow/.ready: common/envs/tensorflow.txt common/pyproject.toml $(TF_REQS) $(TF_NODEPS)
 	$(PYTHON) -m venv $(VENV)/tensorflow
-	$(VENV)/tensorflow/bin/python -m pip install -q --upgrade pip
-	$(VENV)/tensorflow/bin/python -m pip install -q -r common/envs/tensorflow.txt $(addprefix -r ,$(TF_REQS))
+	$(call pip_retry,$(VENV)/tensorflow/bin/python -m pip install -q --retries 10 --upgrade pip)
+	$(call pip_retry,$(VENV)/tensorflow/bin/python -m pip install $(PIP_FLAGS) -r common/envs/tensorflow.txt $(addprefix -r ,$(TF_REQS)))
 	$(if $(TF_NODEPS),$(VENV)/tensorflow/bin/python -m pip install -q --no-deps $(addprefix -r ,$(TF_NODEPS)))
 	$(VENV)/tensorflow/bin/python -m pip install -q --no-deps -e common
 	touch $@
 
 $(VENV)/mxnet/.ready: common/envs/mxnet.txt common/pyproject.toml $(MX_REQS)
 	$(PYTHON) -m venv $(VENV)/mxnet
-	$(VENV)/mxnet/bin/python -m pip install -q --upgrade pip
-	$(VENV)/mxnet/bin/python -m pip install -q -r common/envs/mxnet.txt $(addprefix -r ,$(MX_REQS))
+	$(call pip_retry,$(VENV)/mxnet/bin/python -m pip install -q --retries 10 --upgrade pip)
+	$(call pip_retry,$(VENV)/mxnet/bin/python -m pip install $(PIP_FLAGS) -r common/envs/mxnet.txt $(addprefix -r ,$(MX_REQS)))
 	$(VENV)/mxnet/bin/python -m pip install -q --no-deps -e common
 	touch $@
 
