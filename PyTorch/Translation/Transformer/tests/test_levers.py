@@ -213,6 +213,26 @@ def test_pad_batch_right_pads_after_an_optional_prefix():
     with_bos = pad_batch(rows, prefix=BOS)
     assert with_bos.dtype == torch.int64
     assert torch.equal(with_bos, torch.cat([torch.full((3, 1), BOS), expected], dim=1))
+    to_eight = pad_batch(rows, prefix=BOS, multiple=8)
+    assert to_eight.shape == (3, 8)
+    assert torch.equal(to_eight[:, :4], with_bos) and bool((to_eight[:, 4:] == PAD).all())
+
+
+def test_training_batches_are_padded_to_the_length_multiple_and_keep_the_token_budget(small_data):
+    from transformer.data import LENGTH_MULTIPLE, Pairs, collate, token_batches
+
+    pairs = Pairs(small_data, "train")
+    max_tokens = 256
+    batches = token_batches(pairs, max_tokens, seed=0, epoch=1)
+    assert sum(len(b) for b in batches) == len(pairs)
+    for indices in batches:
+        batch = collate(pairs, indices)
+        for name, tensor in batch.items():
+            assert tensor.shape[1] % LENGTH_MULTIPLE == 0, name
+            assert tensor.numel() <= max_tokens or len(indices) == 1, (name, tensor.shape)
+        longest = max(len(pairs.tgt[i]) for i in indices)
+        assert batch["tgt_out"].shape[1] - longest < LENGTH_MULTIPLE
+        assert int((batch["tgt_out"] != PAD).sum()) == sum(len(pairs.tgt[i]) for i in indices)
 
 
 @pytest.mark.skipif(

@@ -26,6 +26,9 @@ from transformer.model import BOS, EOS, PAD
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "meta.json"
+# Training batches pad both lengths to a multiple of this: tensor-core friendly shapes, and a
+# compiled step keeps one dynamic graph (inductor guards on the length's alignment).
+LENGTH_MULTIPLE = 8
 
 
 def read_parallel(src_path, tgt_path) -> tuple[list, list]:
@@ -205,7 +208,7 @@ def token_batches(pairs: Pairs, max_tokens: int, *, seed: int, epoch: int, shuff
     order = np.lexsort((noise, pairs.src_lengths, pairs.tgt_lengths))
     batches, current, longest = [], [], 0
     for i in order:
-        size = max(pairs.src_lengths[i], pairs.tgt_lengths[i])
+        size = round_up(max(pairs.src_lengths[i], pairs.tgt_lengths[i]), LENGTH_MULTIPLE)
         if current and max(longest, size) * (len(current) + 1) > max_tokens:
             batches.append(current)
             current, longest = [], 0
@@ -218,10 +221,16 @@ def token_batches(pairs: Pairs, max_tokens: int, *, seed: int, epoch: int, shuff
     return batches
 
 
-def pad_batch(sequences: list, prefix: int | None = None) -> torch.Tensor:
-    """Right-padded (B, T) int64 tensor, each sequence optionally after a ``prefix`` token."""
+def round_up(length: int, multiple: int) -> int:
+    return -(-int(length) // multiple) * multiple
+
+
+def pad_batch(sequences: list, prefix: int | None = None, multiple: int = 1) -> torch.Tensor:
+    """Right-padded (B, T) int64 tensor, each sequence optionally after a ``prefix`` token; T is
+    rounded up to a ``multiple``."""
     head = 0 if prefix is None else 1
-    out = np.full((len(sequences), max(len(s) for s in sequences) + head), PAD, dtype=np.int64)
+    length = round_up(max(len(s) for s in sequences) + head, multiple)
+    out = np.full((len(sequences), length), PAD, dtype=np.int64)
     if prefix is not None:
         out[:, 0] = prefix
     for row, seq in enumerate(sequences):
@@ -230,10 +239,11 @@ def pad_batch(sequences: list, prefix: int | None = None) -> torch.Tensor:
 
 
 def collate(pairs: Pairs, indices: list) -> dict:
-    """``src`` (B, S), ``tgt_in`` = bos + target (B, T), ``tgt_out`` = target + eos (B, T)."""
+    """``src`` (B, S), ``tgt_in`` = bos + target (B, T), ``tgt_out`` = target + eos (B, T); S and T
+    are multiples of ``LENGTH_MULTIPLE`` (padding is masked in attention and left out of the loss)."""
     tgt = [pairs.tgt[i] for i in indices]
     return {
-        "src": pad_batch([pairs.src[i] for i in indices]),
-        "tgt_in": pad_batch([t[:-1] for t in tgt], prefix=BOS),
-        "tgt_out": pad_batch(tgt),
+        "src": pad_batch([pairs.src[i] for i in indices], multiple=LENGTH_MULTIPLE),
+        "tgt_in": pad_batch([t[:-1] for t in tgt], prefix=BOS, multiple=LENGTH_MULTIPLE),
+        "tgt_out": pad_batch(tgt, multiple=LENGTH_MULTIPLE),
     }

@@ -123,7 +123,8 @@ def training_net(model: nn.Module, recipe: dict, device, distributed: bool = Fal
 
     Token-count batches change shape every step: torch.compile compiles the first shape, recompiles
     with the dimensions that changed made dynamic (once, when the second batch changes all three),
-    and then reuses that graph.
+    and then reuses that graph (lengths are multiples of ``data.LENGTH_MULTIPLE``, so inductor's
+    alignment guard holds; a small last batch of an epoch may add one more graph).
     """
     from zoo.torch import distributed_model
 
