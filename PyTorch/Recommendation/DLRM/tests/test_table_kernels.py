@@ -177,7 +177,10 @@ def test_recipe_key_selects_the_kernels_in_the_training_step():
         results[kernels] = losses, run.net.sparse.weight.detach(), run.tensor_state()["sparse_optim"]
     (loss_a, table_a, state_a), (loss_b, table_b, state_b) = results["triton"], results["torch"]
     assert loss_a == pytest.approx(loss_b, abs=1e-5)
-    torch.testing.assert_close(table_a, table_b, atol=1e-6, rtol=1e-5)
+    # Four steps of the whole model: on a GPU the dense layers' and the table gradients' sums run in
+    # another order in the two paths (an H200 gave one of 16,640 values 1.6e-6 apart); the four
+    # updates move the touched rows by up to 0.35 here, so a missed or wrong one shows.
+    torch.testing.assert_close(table_a, table_b, atol=1e-5, rtol=1e-5)
     assert state_a.keys() == state_b.keys() and len(state_a) == 26
     for t in state_a:
         torch.testing.assert_close(state_a[t]["sum"], state_b[t]["sum"], atol=1e-7, rtol=1e-5)
