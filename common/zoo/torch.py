@@ -67,6 +67,24 @@ def fast_math(device) -> None:
         torch.set_flush_denormal(True)
 
 
+def triton_interpreted() -> bool:
+    """Whether Triton kernels run in Triton's interpreter, and so take CPU tensors (the CPU tests).
+
+    Triton chooses at decoration time: ``TRITON_INTERPRET=1`` must be set before ``triton`` is first
+    imported. Set later, kernels of a module imported afterwards are interpreted but ``triton.language``'s
+    own jitted functions (``tl.sum`` ...) are not, and a launch fails: that case counts as not
+    interpreted, so callers take their torch path on a CPU.
+    """
+    import importlib.util
+
+    if os.environ.get("TRITON_INTERPRET") != "1" or importlib.util.find_spec("triton") is None:
+        return False
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(tl.sum, InterpretedFunction)
+
+
 def amp_dtype(amp: str):
     """``bf16`` / ``fp16`` / ``fp32`` -> the torch dtype autocast computes in (None for fp32)."""
     import torch

@@ -22,11 +22,10 @@ cast of its weights.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+from zoo.torch import triton_interpreted
 
 CHUNK = 16384
 BLOCK = 1024
@@ -162,7 +161,7 @@ class GroupTables:
         vs: list[torch.Tensor],
         copies: list[torch.Tensor] | None = None,
     ):
-        on_cpu_ok = os.environ.get("TRITON_INTERPRET") == "1"  # Triton's interpreter: tests on a CPU
+        on_cpu_ok = triton_interpreted()  # Triton's interpreter: tests on a CPU
         for tensor in (*params, *ms, *vs):
             if (
                 not (tensor.is_cuda or on_cpu_ok)

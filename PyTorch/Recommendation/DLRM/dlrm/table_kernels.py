@@ -14,11 +14,10 @@ under Triton's interpreter (``TRITON_INTERPRET=1``, set before this module is im
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+from zoo.torch import triton_interpreted
 
 # Lookups a lookup program gathers at once (at most). Rows (chunks) an update program takes over its
 # warps: two a warp keep two rows' dependent loads in flight (the kernel waits on latency).
@@ -27,11 +26,13 @@ UPDATE_RUNS = 8
 UPDATE_WARPS = 4
 # Lookups of one row an update program sums at most; a longer run's chunks add into one slot.
 UPDATE_CHUNK = 32
+# Triton decides at import whether the kernels below are interpreted (they then also take CPU tensors)
+INTERPRETED = triton_interpreted()
 
 
 def runs_kernels(tensor: torch.Tensor) -> bool:
     """Whether the kernels can run on ``tensor``'s device (CUDA, or anywhere when interpreted)."""
-    return tensor.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+    return tensor.is_cuda or INTERPRETED
 
 
 @triton.jit

@@ -1,21 +1,16 @@
 """The fused table's Triton kernels (``speed.table_kernels: triton``) against the torch path: the
 lookup equals ``F.embedding_bag``, and after two steps the table and the row-wise Adagrad state
 equal those of ``touched_rows_gradient`` + ``RowWiseAdagrad`` / SGD. Without a GPU the kernels run
-in Triton's interpreter (set before triton is first imported); the full-size case needs a GPU."""
+in Triton's interpreter (conftest.py turns it on before triton is first imported); the full-size
+case needs a GPU."""
 
-import os
-
+import pytest
 import torch
+import torch.nn.functional as F
+from dlrm.model import FusedEmbeddingBags, table_names, touched_rows_gradient
+from dlrm.optim import KernelTableOptimizer, RowWiseAdagrad
 
 ON_GPU = torch.cuda.is_available()
-if not ON_GPU:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from dlrm.model import FusedEmbeddingBags, table_names, touched_rows_gradient  # noqa: E402
-from dlrm.optim import KernelTableOptimizer, RowWiseAdagrad  # noqa: E402
-
 pytest.importorskip("triton")
 from dlrm.table_kernels import bag_sum, update_touched_rows  # noqa: E402
 

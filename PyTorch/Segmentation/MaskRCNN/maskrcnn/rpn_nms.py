@@ -25,13 +25,12 @@ the CPU tests); otherwise, and while tracing (ONNX export), the filter is torchv
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 from torchvision.models.detection.rpn import RegionProposalNetwork
 from torchvision.ops import boxes as box_ops
+from zoo.torch import triton_interpreted
 
 from maskrcnn.model import RPN_NMS
 
@@ -44,7 +43,7 @@ NVCC_FMA = True
 # (CPU, CUDA), and runs NMS level by level on unshifted boxes above it.
 COORDINATE_TRICK_MAX_NUMEL = {"cpu": 4000, "cuda": 100_000}
 # Triton decides at import whether the kernels below are interpreted (they then also take CPU tensors)
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+INTERPRETED = triton_interpreted()
 
 
 @triton.jit

@@ -3,19 +3,14 @@ in the same order. Without a GPU the Triton kernels run in Triton's interpreter 
 one, the full-size case runs compiled."""
 
 import copy
-import os
 
+import pytest
 import torch
+from maskrcnn.rpn_nms import INTERPRETED, BatchedNMSRegionProposalNetwork, greedy_nms_keep
+from torchvision.models.detection.rpn import RegionProposalNetwork
+from torchvision.ops import nms
 
-if not torch.cuda.is_available():  # before the kernels are defined; a GPU runs them compiled
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-from maskrcnn.rpn_nms import BatchedNMSRegionProposalNetwork, greedy_nms_keep  # noqa: E402
-from torchvision.models.detection.rpn import RegionProposalNetwork  # noqa: E402
-from torchvision.ops import nms  # noqa: E402
-
-interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = INTERPRETED  # conftest.py turns Triton's interpreter on where there is no GPU
 # 0/0 IoU of two zero-area boxes is NaN, "not above the threshold", as in torchvision's kernels
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
 
