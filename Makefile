@@ -4,7 +4,7 @@ VENV := .venv
 DOCKER ?= docker
 PYTEST_FLAGS ?= -x -q --timeout=900
 # Large wheels (DALI 424 MB, TensorFlow, torch's CUDA libraries) come over the network: pip resumes a cut
-# download, and a failed install is run again (the wheels already fetched stay in pip's cache).
+# download, and a failed install is run again, up to 3 times.
 PIP_FLAGS := -q --retries 10 --resume-retries 20
 pip_retry = for try in 1 2 3; do $(1) && break; [ $$try = 3 ] && exit 1; \
 	echo "pip install failed (attempt $$try of 3); trying again" >&2; sleep 15; done
