@@ -167,6 +167,30 @@ def distributed_model(
         )
 
 
+def gather_objects(obj, world: int) -> list:
+    """Every rank's ``obj`` (picklable), in rank order; ``[obj]`` in one process. A collective: every
+    rank calls it."""
+    if world == 1:
+        return [obj]
+    import torch.distributed as dist
+
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_flag(flag: bool, world: int, device) -> bool:
+    """Rank 0's ``flag`` on every rank (e.g. "target reached: stop"); a collective."""
+    if world == 1:
+        return flag
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], device=device)
+    dist.broadcast(t, 0)
+    return bool(t.item())
+
+
 def weights_checksum(model) -> float:
     """A float64 sum over every parameter: equal on replicas that hold equal weights."""
     import torch

@@ -6,11 +6,9 @@ python -m ssd.evaluate --checkpoint results/model.pt --data-dir /data/coco --spl
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
 import io
 import json
-import multiprocessing
 import os
 import sys
 import time
@@ -90,33 +88,6 @@ def coco_map(
         ev.accumulate()
         ev.summarize()
     return {k: float(v) for k, v in zip(STAT_NAMES, ev.stats, strict=False)}
-
-
-class AsyncScorer:
-    """Scores detections in a background process so training goes on while pycocotools runs."""
-
-    def __init__(self) -> None:
-        self._pool = concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn")
-        )
-        self._pending: list[tuple[int, concurrent.futures.Future]] = []
-
-    def submit(self, epoch: int, annotation_file: str, results: list[dict], image_ids=None) -> None:
-        self._pending.append((epoch, self._pool.submit(coco_map, annotation_file, results, image_ids)))
-
-    def done(self, wait: bool = False) -> list[tuple[int, dict]]:
-        """Finished scores as (epoch, stats), oldest first; ``wait`` blocks for all pending ones."""
-        out, still = [], []
-        for epoch, fut in self._pending:
-            if wait or fut.done():
-                out.append((epoch, fut.result()))
-            else:
-                still.append((epoch, fut))
-        self._pending = still
-        return out
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
 
 
 def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, list[int]]:

@@ -17,13 +17,21 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import zoo.cli
+from zoo.coco import AsyncScorer, merge_rank_detections
 from zoo.rng import rng_state, set_rng_state
-from zoo.torch import autocast, close_distributed, init_distributed, load_training_checkpoint, seed_everything
+from zoo.torch import (
+    autocast,
+    broadcast_flag,
+    close_distributed,
+    gather_objects,
+    init_distributed,
+    load_training_checkpoint,
+    seed_everything,
+)
 
 from ssd.data import DaliLoader, SyntheticLoader, build_loader
-from ssd.evaluate import AsyncScorer, coco_map, detect_dataset
+from ssd.evaluate import coco_map, detect_dataset
 from ssd.model import SSD300, build_inference_model, estimate_batchnorm_statistics, load_backbone_state
 from ssd.step import TrainStep, learning_rate
 
@@ -333,7 +341,7 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
         total_steps=steps_per_epoch * stop,
         desc="train",
     )
-    scorer = AsyncScorer() if a.async_eval and primary and val_loader is not None else None
+    scorer = AsyncScorer(coco_map) if a.async_eval and primary and val_loader is not None else None
     eval_epochs = set(r["eval"].get("epochs", []))
     target = r["eval"].get("target_map")
     summary = {"epochs": start_epoch, "losses": [], "maps": {}, "model": model}
@@ -376,7 +384,7 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
             print(f"epoch {epoch + 1}: {images_per_s:.1f} img/s ({seconds:.2f} s)", file=sys.stderr)
         summary["epochs"] = epoch + 1
         if (epoch + 1) % r.get("checkpoint_every", 1) == 0 or epoch + 1 == stop:
-            rngs = gather_rng(world)  # a collective: every rank takes part
+            rngs = gather_objects(rng_state(), world)  # a collective: every rank takes part
             if primary:
                 save_checkpoint(
                     ckpt_path,
@@ -403,7 +411,7 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
                     device=device,
                     progress=eval_progress,
                 )
-            results = gather_results(results, world)
+            results = merge_rank_detections(gather_objects(results, world))
             ann = val_loader.dataset.annotation_file
             if primary and scorer is not None:
                 scorer.submit(epoch + 1, ann, results)
@@ -436,38 +444,6 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
     log.close()
     close_distributed()
     return summary
-
-
-def gather_rng(world: int) -> list[dict]:
-    """Every rank's RNG state (so a resumed rank continues its own stream)."""
-    state = rng_state()
-    if world == 1:
-        return [state]
-    out = [None] * world
-    dist.all_gather_object(out, state)
-    return out
-
-
-def gather_results(results: list[dict], world: int) -> list[dict]:
-    if world == 1:
-        return results
-    out = [None] * world
-    dist.all_gather_object(out, results)
-    # DistributedSampler pads the last shard with repeated images: keep each image's first copy only.
-    merged, seen = [], set()
-    for part in out:
-        ids = {r["image_id"] for r in part}
-        merged += [r for r in part if r["image_id"] not in seen]
-        seen |= ids
-    return merged
-
-
-def broadcast_flag(flag: bool, world: int, device) -> bool:
-    if world == 1:
-        return flag
-    t = torch.tensor([int(flag)], device=device)
-    dist.broadcast(t, 0)
-    return bool(t.item())
 
 
 def main(argv=None) -> None:

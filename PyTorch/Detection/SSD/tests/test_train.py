@@ -203,7 +203,8 @@ def test_mlperf_log_reports_success_once_the_target_is_reached(tmp_path):
 
 
 def test_async_scorer_scores_in_a_background_process(tmp_path):
-    from ssd.evaluate import AsyncScorer
+    from ssd.evaluate import coco_map
+    from zoo.coco import AsyncScorer
 
     _, ann = make_shapes_coco(tmp_path, images=3, size=64, seed=5)
     import json
@@ -213,7 +214,7 @@ def test_async_scorer_scores_in_a_background_process(tmp_path):
         {"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 0.9}
         for a in data["annotations"]
     ]
-    scorer = AsyncScorer()
+    scorer = AsyncScorer(coco_map)
     scorer.submit(1, str(ann), perfect)
     scorer.submit(2, str(ann), random_box_results(data["images"], [1, 2, 3]))
     (e1, s1), (e2, s2) = scorer.done(wait=True)

@@ -19,13 +19,15 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 import zoo.cli
+from zoo.coco import AsyncScorer, merge_rank_detections
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
     autocast,
+    broadcast_flag,
     close_distributed,
     distributed_model,
+    gather_objects,
     grad_scaler,
     init_distributed,
     parameter_groups,
@@ -33,7 +35,7 @@ from zoo.torch import (
 )
 
 from maskrcnn.data import build_loader
-from maskrcnn.evaluate import AsyncScorer, coco_map, detect_dataset
+from maskrcnn.evaluate import coco_map, detect_dataset
 from maskrcnn.model import load_backbone_state, model_from_recipe, prepare_for_speed
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
@@ -343,7 +345,7 @@ def train_run(
         total_steps=steps_per_epoch * stop,
         desc="train",
     )
-    scorer = AsyncScorer() if a.async_eval and primary else None
+    scorer = AsyncScorer(coco_map) if a.async_eval and primary else None
     eval_epochs = set(r["eval"].get("epochs", []))
     targets = {"BBOX": r["eval"].get("target_map"), "SEGM": r["eval"].get("target_mask_map")}
     summary = {"epochs": start_epoch, "losses": [], "maps": {}, "model": model}
@@ -386,7 +388,7 @@ def train_run(
         )
         summary["epochs"] = epoch + 1
         if (epoch + 1) % r.get("checkpoint_every", 1) == 0 or epoch + 1 == stop:
-            rngs = gather_rng(world)  # a collective: every rank takes part
+            rngs = gather_objects(rng_state(), world)  # a collective: every rank takes part
             if primary:
                 save_checkpoint(
                     ckpt_path,
@@ -406,7 +408,7 @@ def train_run(
                 enabled=primary, total_steps=len(val_loader), desc=f"eval epoch {epoch + 1}"
             ) as bar:
                 results = detect_dataset(model, val_loader, device=device, amp=amp, progress=bar)
-            results = gather_results(results, world)
+            results = merge_rank_detections(gather_objects(results, world))
             ann = val_loader.dataset.annotation_file
             if primary and scorer is not None:
                 scorer.submit(epoch + 1, ann, results)
@@ -439,38 +441,6 @@ def train_run(
     log.close()
     close_distributed()
     return summary
-
-
-def gather_rng(world: int) -> list[dict]:
-    """Every rank's RNG state (so a resumed rank continues its own stream)."""
-    state = rng_state()
-    if world == 1:
-        return [state]
-    out = [None] * world
-    dist.all_gather_object(out, state)
-    return out
-
-
-def gather_results(results: list[dict], world: int) -> list[dict]:
-    if world == 1:
-        return results
-    out = [None] * world
-    dist.all_gather_object(out, results)
-    # The sampler pads the last shard with repeated images: keep each image's first copy only.
-    merged, seen = [], set()
-    for part in out:
-        ids = {r["image_id"] for r in part}
-        merged += [r for r in part if r["image_id"] not in seen]
-        seen |= ids
-    return merged
-
-
-def broadcast_flag(flag: bool, world: int, device) -> bool:
-    if world == 1:
-        return flag
-    t = torch.tensor([int(flag)], device=device)
-    dist.broadcast(t, 0)
-    return bool(t.item())
 
 
 def main(argv=None) -> None:

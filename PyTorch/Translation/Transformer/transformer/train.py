@@ -256,6 +256,7 @@ def main(argv=None) -> dict:
         check_replicas_agree,
         close_distributed,
         fast_math,
+        gather_objects,
         grad_scaler,
         init_distributed,
         seed_everything,
@@ -317,10 +318,7 @@ def main(argv=None) -> dict:
     max_tokens = int(data["max_tokens"])
 
     def save_checkpoint():
-        rngs = [rng_state()]
-        if env.world_size > 1:
-            rngs = [None] * env.world_size
-            dist.all_gather_object(rngs, rng_state())
+        rngs = gather_objects(rng_state(), env.world_size)
         if not env.is_primary:
             return
         state = {
