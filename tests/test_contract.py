@@ -149,8 +149,9 @@ def test_old_spellings_end_in_one_line_naming_the_new(model_dir):
 # defines its own is keeping a copy.
 SHARED_HELPERS = re.compile(
     r"^\s*(def (init_distributed|setup_distributed|autocast\w*|seed_everything|parameter_groups|"
-    r"replicas_agree|check_replicas_agree|percentiles|time_loop|time_windows|recipe_flag)\(|"
-    r"class (Meter|TritonPythonModel)\b)",
+    r"replicas_agree|check_replicas_agree|percentiles|time_loop|time_windows|recipe_flag|"
+    r"gather_objects|gather_rng|gather_results|merge_rank_detections|broadcast_flag|triton_interpreted)\(|"
+    r"class (Meter|TritonPythonModel|AsyncScorer)\b)",
     re.M,
 )
 
