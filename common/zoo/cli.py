@@ -15,9 +15,12 @@ Flags: ``--recipe FILE``, repeatable ``--set KEY=VALUE``, ``--amp {bf16,fp16,fp3
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pathlib
 import sys
+
+from zoo.errors import UserError, one_line
 
 AMP_CHOICES = ("bf16", "fp16", "fp32")
 
@@ -153,3 +156,19 @@ def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathli
     if not path.exists():
         raise SystemExit(f"error: --resume {resume}: no such checkpoint")
     return path
+
+
+def entry_point(main):
+    """Decorate a script's ``main(argv=None)``: a :class:`~zoo.errors.UserError` raised anywhere below
+    it ends the process with ``error: <message>`` on stderr and exit status 1, no traceback. The only
+    place a UserError becomes an exit (``SystemExit``): library code raises, entry points report."""
+
+    @functools.wraps(main)
+    def run(*args, **kwargs):
+        try:
+            return main(*args, **kwargs)
+        except UserError as error:
+            sys.stdout.flush()
+            raise SystemExit(f"error: {one_line(error, limit=2000)}") from None
+
+    return run
