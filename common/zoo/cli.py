@@ -111,20 +111,44 @@ def parse_args(parser: argparse.ArgumentParser, argv=None, *, renamed: dict | No
     return parser.parse_args(argv)
 
 
+# Flags every training entry point may offer, and the run: key each one sets (zoo.recipe.RUN_KEYS).
+# ``--target-<metric>`` (add_target_arg) sets run.target.value.
+RUN_FLAGS = {
+    "amp": "run.precision",
+    "batch_size": "run.batch_per_gpu",
+    "accumulation": "run.accumulation",
+    "epochs": "run.epochs",
+    "steps": "run.steps",
+    "log_every": "run.log_every",
+    "seed": "run.seed",
+}
+
+
 def recipe_from_args(args, flag_to_key: dict | None = None) -> dict:
-    """Load ``args.recipe`` with ``--set`` items and the flags of ``flag_to_key`` (``{"batch_size":
-    "data.batch_size"}``) that were given; ``args.amp`` maps to ``amp`` unless the table says where."""
+    """Load ``args.recipe`` with ``--set`` items, then the flags that were given: those of RUN_FLAGS and
+    ``--target-<metric>`` into the recipe's run: section, those of ``flag_to_key`` (``{"image_size":
+    "data.image_size"}``) where the table says. A recipe without a run: section maps ``--amp`` to ``amp``."""
     from zoo.recipe import load_recipe, parse_overrides
 
     overrides = parse_overrides(args.set)
-    table = dict(flag_to_key or {})
-    if hasattr(args, "amp"):
-        table.setdefault("amp", "amp")
+    has_run = _has_run_section(args.recipe)
+    table = dict(RUN_FLAGS) if has_run else {"amp": "amp"}
+    table.update(flag_to_key or {})
     for flag, key in table.items():
         value = getattr(args, flag, None)
         if value is not None:
             overrides[key] = value
+    if has_run:
+        for name, value in vars(args).items():
+            if name.startswith("target_") and value is not None:
+                overrides["run.target.value"] = value
     return load_recipe(args.recipe, overrides, known_keys_from=getattr(args, "recipe_keys_from", None))
+
+
+def _has_run_section(path) -> bool:
+    from zoo.recipe import _load_with_bases
+
+    return "run" in _load_with_bases(pathlib.Path(path), seen=())
 
 
 def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathlib.Path | None:

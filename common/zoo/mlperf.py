@@ -123,6 +123,7 @@ import importlib.util
 import json
 import logging
 import os
+import pathlib
 import subprocess
 import sys
 import tempfile
@@ -150,6 +151,23 @@ RUN_STATUSES = ("success", "aborted")
 _PACKAGE = "mlperf-logging==4.1.68"
 # Frames between mllog's caller lookup and the model's call: _log_helper, start/end/event, _log, the method.
 _STACK_OFFSET = 3
+
+
+LOG_NAME = "mlperf.log"
+
+
+def log_path(results_dir, resumed: bool) -> pathlib.Path:
+    """Where a run writes its MLPerf log, the same in every model and framework: ``RESULTS_DIR/mlperf.log``
+    for a new run (a previous run's file is removed), ``mlperf_resume1.log``, ``mlperf_resume2.log``, ...
+    for each resumed one (the compliance checker reads one run per file)."""
+    results_dir = pathlib.Path(results_dir)
+    if not resumed:
+        (results_dir / LOG_NAME).unlink(missing_ok=True)
+        return results_dir / LOG_NAME
+    index = 1
+    while (results_dir / f"mlperf_resume{index}.log").exists():
+        index += 1
+    return results_dir / f"mlperf_resume{index}.log"
 
 
 class MLPerfComplianceError(Exception):

@@ -225,13 +225,36 @@ def check_replicas_agree(model, env: DistEnv | None = None) -> None:
         print(f"weights identical on all {env.world_size} ranks", flush=True)
 
 
+CHECKPOINT_NAME = "checkpoint.pt"  # RESULTS_DIR/checkpoint.pt: what --resume auto continues
+
+
+def save_training_checkpoint(path, state: dict) -> None:
+    """``torch.save(state)`` written to a temporary file beside ``path`` and renamed over it: a run killed
+    mid-write leaves the previous checkpoint whole (the temporary is removed by the next run's
+    ``zoo.cli.resolve_resume``). Call it on the rank that owns the state (rank 0 for replicated models).
+
+    The fields every model's training state holds, so that one reader serves them all: ``model``
+    (state_dict), ``optimizer``, ``rng`` (zoo.rng.rng_state), ``epoch`` and ``step`` (optimizer steps
+    done), ``recipe``; and where the model has them ``scheduler``, ``scaler``, ``step_in_epoch``,
+    ``best`` ({metric: value}) and the model's own fields."""
+    import torch
+
+    from zoo.checkpoints import atomic_write
+
+    with atomic_write(path) as tmp:
+        torch.save(state, tmp)
+
+
+TRAINING_STATE_FIELDS = ("model", "optimizer", "rng", "epoch", "step", "recipe")
+
+
 def load_training_checkpoint(path, needed, what: str, flag: str = "--resume") -> dict:
     """A training checkpoint (``torch.save`` of a dict) loaded on the CPU, for ``flag PATH``.
 
     A file that cannot be unpickled (text, truncated, another format) or a dict without every key of
-    ``needed`` ends in one line: ``error: --resume PATH is not <what> (...)``, ``what`` with its
-    article ("an SSD training checkpoint"). Call it before the results folder is written, so a wrong
-    file leaves nothing behind.
+    ``needed`` (TRAINING_STATE_FIELDS for a checkpoint of save_training_checkpoint) ends in one line:
+    ``error: --resume PATH is not <what> (...)``, ``what`` with its article ("an SSD training
+    checkpoint"). Call it before the results folder is written, so a wrong file leaves nothing behind.
     """
     import torch
 
