@@ -18,6 +18,7 @@
 #   --nnodes N                   NNODES         nodes taking part (default 1)
 #   --node-rank R                NODE_RANK      this node's rank (default 0)
 #   --rdzv-endpoint HOST:PORT    RDZV_ENDPOINT  node 0's rendezvous address (default 127.0.0.1:29500)
+# Under torchrun each process gets OMP_NUM_THREADS = the node's cores / N unless the caller set it.
 # LAUNCH_TORCH_DEFAULT_GPUS=visible (set by the caller) makes the default every visible GPU (1 on a CPU).
 # Under SLURM, srun with one task per GPU needs none of them: zoo.dist reads the ranks from SLURM_*.
 # -h/--help prints the caller's `usage` function (when it defines one, else a generic usage line),
@@ -83,6 +84,13 @@ launch_torch() {
   launch_torch_require_number "--nnodes/NNODES" "$nnodes" 1
   launch_torch_require_number "--node-rank/NODE_RANK" "$node_rank" 0
   if (( 10#$gpus > 1 || 10#$nnodes > 1 )); then
+    # torchrun gives every process one CPU thread unless OMP_NUM_THREADS is set: input pipelines doing
+    # CPU work (box matching, target generation, collation) then run on one core. Share the node's cores.
+    if [[ -z "${OMP_NUM_THREADS:-}" ]]; then
+      local cores
+      cores="$(nproc 2>/dev/null || echo 1)"
+      export OMP_NUM_THREADS=$(( cores / 10#$gpus > 1 ? cores / 10#$gpus : 1 ))
+    fi
     exec "$py" -m torch.distributed.run --nproc_per_node "$gpus" --nnodes "$nnodes" \
       --node_rank "$node_rank" --rdzv_backend c10d --rdzv_endpoint "$endpoint" \
       -m "$module" "${args[@]}"
