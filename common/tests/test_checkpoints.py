@@ -8,17 +8,8 @@ import threading
 import zipfile
 
 import pytest
-from zoo.checkpoints import (
-    CheckpointError,
-    _format_problem,
-    atomic_write,
-    download,
-    fetch,
-    load_registry,
-    main,
-    remove_stale_temps,
-    sha256_file,
-)
+from zoo.checkpoints import CheckpointError, fetch, load_registry, main
+from zoo.io import DownloadError, _format_problem, atomic_write, download, remove_stale_temps, sha256_file
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 DIGEST = hashlib.sha256(PAYLOAD).hexdigest()
@@ -110,13 +101,13 @@ def test_resume_from_part(server, tmp_path):
 
 def test_truncated_transfer_errors_and_leaves_dest_alone(server, tmp_path):
     dest = tmp_path / "model.bin"
-    with pytest.raises(CheckpointError, match="closed after"):
+    with pytest.raises(DownloadError, match="closed after"):
         download(f"{server}/truncated.bin", sha256=DIGEST, dest=dest, progress=False)
     assert not dest.exists()
 
 
 def test_short_file_fails_size_check_and_removes_part(server, tmp_path):
-    with pytest.raises(CheckpointError, match=f"expected {len(PAYLOAD)}"):
+    with pytest.raises(DownloadError, match=f"expected {len(PAYLOAD)}"):
         download(f"{server}/short.bin", size=len(PAYLOAD), cache_dir=tmp_path, progress=False)
     assert list(tmp_path.iterdir()) == []
 
@@ -124,14 +115,14 @@ def test_short_file_fails_size_check_and_removes_part(server, tmp_path):
 def test_wrong_sha256_keeps_good_cached_file(server, tmp_path):
     good = download(f"{server}/good.bin", sha256=DIGEST, cache_dir=tmp_path, progress=False)
     before = good.stat().st_mtime_ns
-    with pytest.raises(CheckpointError, match="does not match"):
+    with pytest.raises(DownloadError, match="does not match"):
         download(f"{server}/good.bin", sha256="0" * 64, cache_dir=tmp_path, progress=False)
     assert good.read_bytes() == PAYLOAD and good.stat().st_mtime_ns == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.bin"]
 
 
 def test_http_error_is_one_line(server, tmp_path):
-    with pytest.raises(CheckpointError, match="HTTP 404"):
+    with pytest.raises(DownloadError, match="HTTP 404"):
         download(f"{server}/missing.bin", cache_dir=tmp_path, progress=False)
 
 
@@ -257,7 +248,7 @@ def test_stale_temps_of_a_killed_write_are_removed_and_nothing_else(tmp_path):
     target.write_bytes(b"good")
     (tmp_path / "notes.tmp").write_bytes(b"the user's")
     writer = (
-        "import sys, time; from zoo.checkpoints import atomic_write\n"
+        "import sys, time; from zoo.io import atomic_write\n"
         "with atomic_write(sys.argv[1]) as tmp:\n"
         "    tmp.write_bytes(b'half'); print(tmp, flush=True); time.sleep(60)\n"
     )

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from zoo.checkpoints import atomic_write
+from zoo.io import atomic_write
 
 SCHEMA = "zoo.bench/v1"
 
@@ -150,7 +150,7 @@ def write_trace(prof, path) -> None:
     import pathlib
     import tempfile
 
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     with tempfile.TemporaryDirectory() as tmp, atomic_write(path) as packed:
         raw = pathlib.Path(tmp) / "trace.json"

@@ -579,25 +579,25 @@ def _wikipedia(args) -> None:
         if not dump.is_file():
             raise SystemExit(f"Wikipedia dump {dump} does not exist")
     else:
-        from zoo.checkpoints import CheckpointError, download
+        from zoo.io import DownloadError, download
 
         url = args.url or WIKIPEDIA_URL
         try:
             dump = download(url, dest=out / Path(url).name, progress=True)
-        except CheckpointError as e:
+        except DownloadError as e:
             raise SystemExit(str(e)) from None
     files = extract_wikipedia(dump, out / "text", docs_per_file=args.docs_per_file)
     print(f"{len(files)} text files in {out / 'text'}")
 
 
 def _squad(args) -> None:
-    from zoo.checkpoints import CheckpointError, download
+    from zoo.io import DownloadError, download
     from zoo.squad import SQUAD_URLS
 
     for name, url in SQUAD_URLS.items():
         try:
             print(download(url, dest=Path(args.data_dir) / name, progress=True))
-        except CheckpointError as e:
+        except DownloadError as e:
             raise SystemExit(str(e)) from None
 
 
@@ -608,12 +608,12 @@ def _vocab(args) -> None:
     if args.train:
         path = train_vocab(args.train, out, vocab_size=args.vocab_size)
     else:
-        from zoo.checkpoints import CheckpointError, download
+        from zoo.io import DownloadError, download
 
         out.mkdir(parents=True, exist_ok=True)
         try:
             path = download(UNCASED_VOCAB_URL, dest=out / "vocab.txt", progress=True)
-        except CheckpointError as e:
+        except DownloadError as e:
             raise SystemExit(str(e)) from None
         size = load_tokenizer(path).get_vocab_size()
         if size != UNCASED_VOCAB_SIZE:

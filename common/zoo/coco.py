@@ -3,7 +3,7 @@ the scoring helpers their training shares (ranks' detections merged, pycocotools
 
     prepare_coco("/data/coco", splits=("val",))   # val2017/ + annotations/ under /data/coco
 
-Downloads resume from a ``.part`` file (zoo.checkpoints.download), are checked against the published
+Downloads resume from a ``.part`` file (zoo.io.download), are checked against the published
 size and MD5 (a ``.md5-ok`` marker records a verified archive), and each folder is extracted beside its
 final place and renamed into it, so an interrupted run leaves nothing half-made behind. Failures are
 one-line ``SystemExit("error: ...")``.
@@ -59,7 +59,7 @@ def md5_file(path: Path, chunk: int = 1 << 22) -> str:
 
 def fetch_archive(archive: Archive, zips_dir: Path, base_url: str) -> Path:
     """Download (resumable) and MD5-check one archive; a verified file is not fetched again."""
-    from zoo.checkpoints import CheckpointError, download
+    from zoo.io import DownloadError, download
 
     dest = zips_dir / archive.name
     ok_marker = zips_dir / f"{archive.name}.md5-ok"
@@ -67,7 +67,7 @@ def fetch_archive(archive: Archive, zips_dir: Path, base_url: str) -> Path:
         return dest
     try:
         download(f"{base_url.rstrip('/')}/{archive.path}", size=archive.size, dest=dest)
-    except CheckpointError as e:
+    except DownloadError as e:
         raise SystemExit(f"error: {archive.name}: {e}") from None
     print(f"checking MD5 of {dest} ...", file=sys.stderr)
     got = md5_file(dest)

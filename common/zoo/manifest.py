@@ -70,7 +70,7 @@ class DataManifest:
 
     def write(self) -> pathlib.Path:
         """Write the manifest atomically (a reader never sees half of it)."""
-        from zoo.checkpoints import atomic_write
+        from zoo.io import atomic_write
 
         with atomic_write(self.path) as tmp:
             tmp.write_text(json.dumps({"files": self.files}, indent=1, sort_keys=True) + "\n")

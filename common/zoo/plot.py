@@ -121,7 +121,7 @@ def _draw(panels: dict[str, dict[str, Series]], output: pathlib.Path, title: str
     matplotlib.use("Agg")  # headless: no display on training nodes
     from matplotlib import pyplot
 
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     start = min(min(series.times) for panel in panels.values() for series in panel.values())
     end = max(max(series.times) for panel in panels.values() for series in panel.values())

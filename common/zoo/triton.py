@@ -46,7 +46,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-from zoo.checkpoints import atomic_write
+from zoo.io import atomic_write
 
 ONNX_PYTHON_MODEL = pathlib.Path(__file__).with_name("triton_onnx_model.py")
 """The python-backend model.py that serves an ONNX file with onnxruntime (contract in config.pbtxt)."""

@@ -33,7 +33,7 @@ def sha1_file(path) -> str:
 
 def extract_gluoncv_zip(zip_path: Path) -> Path:
     """Extract ``<name>-<hash>.params`` next to the zip (atomically) and check its SHA-1 prefix."""
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     try:
         with zipfile.ZipFile(zip_path) as zf:

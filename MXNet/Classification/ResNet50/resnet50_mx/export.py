@@ -50,7 +50,7 @@ def export_onnx(net, onnx_path, *, image_size: int) -> Path:
         model = onnx.load(tmp_onnx)
     _tidy_graph(model)
     onnx.checker.check_model(model)
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     with atomic_write(onnx_path) as tmp:
         onnx.save(model, str(tmp))

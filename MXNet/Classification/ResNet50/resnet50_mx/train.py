@@ -27,9 +27,9 @@ from pathlib import Path
 import mxnet as mx
 from mxnet import autograd, gluon
 from mxnet.contrib import amp as mx_amp
-from zoo.checkpoints import remove_stale_temps
 from zoo.cli import AMP_CHOICES, add_run_args, add_target_arg, parse_args, resolve_resume
 from zoo.cli import recipe_from_args as recipe_from_cli
+from zoo.io import remove_stale_temps
 
 from .data import BACKENDS, DataSpec, build_loader
 from .evaluate import evaluate
@@ -122,7 +122,7 @@ def checkpoint_dir(results_dir: str | os.PathLike) -> Path:
 
 def save_checkpoint(results_dir, epoch: int, net, trainer, state: dict) -> Path:
     """Write epoch_NNN.{params,states,json}; ``latest.json`` last, so a torn write is never resumed."""
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     folder = checkpoint_dir(results_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ import time
 
 import torch
 import zoo.cli
-from zoo.checkpoints import CheckpointError, atomic_write
+from zoo.checkpoints import CheckpointError
+from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights

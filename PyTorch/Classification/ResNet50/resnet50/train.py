@@ -22,8 +22,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import zoo.cli
-from zoo.checkpoints import CheckpointError, atomic_write
+from zoo.checkpoints import CheckpointError
 from zoo.dist import get_dist_env
+from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger
 from zoo.recipe import COMPILE_MODES

@@ -33,7 +33,7 @@ def main(argv=None) -> None:
 def convert_ngc_file(src, dest) -> None:
     """NGC ``nvidia_ssdpyt_*.pt`` -> a ``model.pt`` that evaluate/detect/export read (COCO's 80 classes)."""
     import torch
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     from ssd.model import COCO_CATEGORY_IDS, SSD300, convert_ngc_state
 

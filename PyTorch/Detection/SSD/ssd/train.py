@@ -226,7 +226,7 @@ def precise_batchnorm(model: torch.nn.Module, loader, batches: int, device, amp:
 
 
 def save_checkpoint(path: Path, **state) -> None:
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     with atomic_write(path) as tmp:
         torch.save(state, tmp)

@@ -278,7 +278,7 @@ def main(argv=None) -> None:
         raise SystemExit(str(e)) from None
     if args.to == "hf":
         state = ours_to_hf(state)
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     with atomic_write(args.output) as tmp:
         torch.save({k: v.contiguous() for k, v in state.items()}, tmp)

@@ -20,9 +20,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from zoo.checkpoints import CheckpointError, atomic_write
+from zoo.checkpoints import CheckpointError
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args
 from zoo.cli import parse_args as parse_cli_args
+from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 from zoo.squad import (
     DEV_FILE,

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from zoo.checkpoints import CheckpointError, atomic_write
+from zoo.checkpoints import CheckpointError
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_cli_args
+from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 from zoo.mlperf import MLPerfLogger
 from zoo.torch import (

@@ -52,7 +52,7 @@ class Shard:
 
 def write_shard(path, labels: np.ndarray, dense: np.ndarray, categorical: np.ndarray) -> None:
     """Write one shard atomically."""
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     rows = len(labels)
     header = (
@@ -80,7 +80,7 @@ def read_meta(data_dir) -> dict:
 
 
 def write_meta(data_dir, num_embeddings: list[int], **extra) -> None:
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     meta = {"format": "dlrm-bin-1", "num_dense": NUM_DENSE, "num_embeddings": list(num_embeddings), **extra}
     with atomic_write(pathlib.Path(data_dir) / "meta.json") as tmp:

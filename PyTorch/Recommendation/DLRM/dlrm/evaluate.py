@@ -15,7 +15,7 @@ from dlrm.train import DEFAULT_RECIPE, Run, evaluate_auc
 
 
 def main(argv=None) -> None:
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
     from zoo.log import MetricsLogger
     from zoo.torch import close_distributed, init_distributed
 

@@ -44,7 +44,7 @@ def load_plain(recipe: dict, checkpoint) -> tuple[torch.nn.Module, dict]:
 
 
 def export_onnx(model, path, num_dense: int, sparse_width: int) -> None:
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     from dlrm.model import CTRModel
 

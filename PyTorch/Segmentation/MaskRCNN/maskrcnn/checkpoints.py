@@ -21,7 +21,7 @@ COCO_CLASSES = 91  # torchvision's COCO head: category ids 1..90, 0 = background
 
 def convert_torchvision(source, target, *, variant: str = "v1", recipe=DEFAULT_RECIPE) -> Path:
     """Check that ``source`` loads into our ``variant`` and write it with ``recipe`` (model.variant set)."""
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
     from zoo.recipe import load_recipe
 
     try:

@@ -175,7 +175,7 @@ def read_resume_state(path: Path) -> dict:
 
 
 def save_checkpoint(path: Path, **state) -> None:
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     with atomic_write(path) as tmp:
         torch.save(state, tmp)

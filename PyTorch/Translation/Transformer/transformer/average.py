@@ -37,7 +37,7 @@ def average(paths: list) -> dict:
 
 
 def main(argv=None) -> pathlib.Path:
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     parser = argparse.ArgumentParser(
         prog="python -m transformer.average", description=__doc__.splitlines()[0]

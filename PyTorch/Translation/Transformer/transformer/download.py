@@ -6,7 +6,7 @@
 Training text: Europarl v7, Common Crawl, News Commentary v9 (the WMT14 en-de constrained corpora,
 as in fairseq's prepare-wmt14en2de.sh); validation: newstest2013; test: newstest2014 (the full
 version, 3003 sentences; references from its SGML). Archives are cached in DATA_DIR/downloads and
-fetched with zoo.checkpoints.download (an interrupted file resumes, a finished one is reused); each
+fetched with zoo.io.download (an interrupted file resumes, a finished one is reused); each
 is checked as a tar archive and, where a digest is published (sacrebleu's for the test sets), by md5.
 """
 
@@ -77,14 +77,14 @@ def mirrored(url: str, mirror: str | None) -> str:
 
 def fetch_archives(downloads: pathlib.Path, mirror: str | None = None, archives=None) -> list:
     """Download every archive into ``downloads`` (reused when complete); returns their paths."""
-    from zoo.checkpoints import CheckpointError, download
+    from zoo.io import DownloadError, download
 
     paths = []
     for url, md5, _ in archives or ARCHIVES:
         source = mirrored(url, mirror)
         try:
             path = download(source, dest=downloads / pathlib.PurePosixPath(url).name, file_format="tar")
-        except CheckpointError as e:
+        except DownloadError as e:
             raise SystemExit(f"error: {e}") from None
         if md5 is not None and md5_file(path) != md5:
             path.unlink()

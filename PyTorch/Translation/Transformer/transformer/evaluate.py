@@ -94,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict:
-    from zoo.checkpoints import atomic_write
     from zoo.cli import parse_args
+    from zoo.io import atomic_write
     from zoo.torch import autocast
 
     from transformer.translate import translate_lines

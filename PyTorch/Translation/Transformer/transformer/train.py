@@ -247,8 +247,8 @@ def mlperf_log_path(results: pathlib.Path, resumed: bool) -> pathlib.Path:
 
 
 def main(argv=None) -> dict:
-    from zoo.checkpoints import atomic_write
     from zoo.cli import parse_args, recipe_from_args, resolve_resume
+    from zoo.io import atomic_write
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger
     from zoo.rng import rng_state, set_rng_state

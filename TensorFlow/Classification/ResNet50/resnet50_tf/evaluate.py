@@ -103,7 +103,7 @@ def main(argv=None) -> dict:
     line = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
     print(line)
     if args.results_dir:
-        from zoo.checkpoints import atomic_write
+        from zoo.io import atomic_write
 
         with atomic_write(Path(args.results_dir) / "eval.json") as tmp:
             tmp.write_text(line + "\n")

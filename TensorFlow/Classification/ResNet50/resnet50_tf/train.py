@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from zoo.checkpoints import atomic_write, remove_stale_temps
 from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_shared_args
+from zoo.io import atomic_write, remove_stale_temps
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_RECIPE = MODEL_DIR / "configs" / "resnet50_1gpu_90ep.yaml"

@@ -113,7 +113,7 @@ def model_to_google(model) -> dict[str, np.ndarray]:
 
 def export_google_npz(model, path) -> Path:
     """Write the weights as .npz under Google's names (written then renamed)."""
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     path = Path(path)
     with atomic_write(path) as tmp:

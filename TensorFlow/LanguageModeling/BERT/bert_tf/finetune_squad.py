@@ -149,7 +149,7 @@ def predict(model, features, batch_size: int = 64) -> tuple[np.ndarray, np.ndarr
 
 def predict_and_score(model, recipe, tokenizer, predict_file, results: Path) -> dict:
     """Answers of ``predict_file`` (written to results/predictions.json), scored: ``{"exact_match", "f1"}`` %."""
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
     from zoo.squad import best_spans, evaluate_predictions, make_features, read_squad
 
     examples, raw = read_squad(predict_file)
