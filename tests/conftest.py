@@ -1,13 +1,24 @@
-"""Fixtures for the repo-wide checks."""
+"""Fixtures for the repo-wide checks, and the table of each model suite's time at the end of a run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from zoo_tree import ROOT
+from zoo_tree import ROOT, SUITE_TIMES
 
 
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT
+
+
+def pytest_terminal_summary(terminalreporter):
+    """After the run: each model suite's seconds and pytest summary (make test on a fresh clone shows
+    where CI's time goes)."""
+    if not SUITE_TIMES:
+        return
+    terminalreporter.section("model suite times")
+    for model, (seconds, summary) in SUITE_TIMES.items():
+        terminalreporter.write_line(f"{seconds:7.0f} s  {model}: {summary}")
+    terminalreporter.write_line(f"{sum(s for s, _ in SUITE_TIMES.values()):7.0f} s  all model suites")
