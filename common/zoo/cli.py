@@ -159,7 +159,7 @@ def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathli
     results folder that already holds a checkpoint, so that no finished work is overwritten.
     Temporary files that a run killed mid-write left beside ``checkpoint`` are removed first.
     """
-    from zoo.checkpoints import remove_stale_temps
+    from zoo.io import remove_stale_temps
 
     checkpoint = pathlib.Path(checkpoint)
     # A run killed while writing a checkpoint left its temporary file (zoo.checkpoints.atomic_write).

@@ -239,7 +239,7 @@ def save_training_checkpoint(path, state: dict) -> None:
     ``best`` ({metric: value}) and the model's own fields."""
     import torch
 
-    from zoo.checkpoints import atomic_write
+    from zoo.io import atomic_write
 
     with atomic_write(path) as tmp:
         torch.save(state, tmp)
