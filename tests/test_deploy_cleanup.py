@@ -4,7 +4,7 @@ process behind however it ends: normally, on an error while the model loads or w
 on SIGINT or SIGTERM while the model loads or while it serves.
 
 One cheap model stands for all: PyTorch ResNet-50 at 32x32 pixels served by the python backend
-(every deploy script starts its server through zoo.triton.TritonServer).
+(every deploy script starts its server through zoo.triton.server.TritonServer).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tempfile
 import time
 
 import pytest
-from zoo.triton import signal_when_serving, triton_processes
+from zoo.triton.processes import signal_when_serving, triton_processes
 from zoo_tree import ROOT, model_env, venv_bin
 
 MODEL_DIR = ROOT / "PyTorch" / "Classification" / "ResNet50"

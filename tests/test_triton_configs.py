@@ -11,7 +11,7 @@ CONFIGS = sorted(p for p in ROOT.glob("**/config.pbtxt") if ".venv" not in p.par
 @pytest.mark.skipif(not CONFIGS, reason="no config.pbtxt is kept in the tree; models generate theirs")
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_config_parses(path):
-    from zoo.triton import parse_pbtxt
+    from zoo.triton.repository import parse_pbtxt
 
     config = parse_pbtxt(path.read_text())
     assert config.name, f"{path} has no name"

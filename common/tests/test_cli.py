@@ -63,7 +63,7 @@ def test_resume_default_refuses_to_overwrite_a_checkpoint(tmp_path):
 def test_resume_removes_what_a_killed_checkpoint_write_left(tmp_path, capsys):
     checkpoint = tmp_path / "checkpoint.pt"
     checkpoint.write_bytes(b"ten steps of work")
-    stale = tmp_path / ".checkpoint.pt.k3j9x2ab.tmp"  # the name zoo.checkpoints.atomic_write gives
+    stale = tmp_path / ".checkpoint.pt.k3j9x2ab.tmp"  # the name zoo.io.atomic_write gives
     stale.write_bytes(b"half a checkpoint")
     other = tmp_path / "notes.tmp"  # not atomic_write's: kept
     other.write_text("mine")

@@ -6,18 +6,17 @@ import time
 
 import numpy as np
 import pytest
-from zoo.triton import (
+from zoo.triton.client import infer, model_io
+from zoo.triton.processes import signal_when_serving
+from zoo.triton.repository import (
     ONNX_PYTHON_MODEL,
     TensorSpec,
-    TritonServer,
     config_to_pbtxt,
-    infer,
     model_config,
-    model_io,
     parse_pbtxt,
-    signal_when_serving,
     write_model,
 )
+from zoo.triton.server import TritonServer
 
 ADD_ONE = b"""
 import numpy as np
@@ -164,7 +163,7 @@ def test_start_failure_names_the_cause_on_the_first_line(tmp_path):
     assert len(cli.stderr.strip().splitlines()) == 1
 
 
-# The shared python-backend model (zoo/triton_onnx_model.py) over a tiny ONNX graph:
+# The shared python-backend model (zoo/triton/onnx_model.py) over a tiny ONNX graph:
 # embedded = table[ids] (a gather, like BERT's embeddings), shifted = x + 1.
 TABLE = np.arange(20, dtype=np.float32).reshape(10, 2)
 
@@ -310,7 +309,7 @@ class _FakeError:
 
 @pytest.fixture
 def shared_model(monkeypatch):
-    """zoo/triton_onnx_model.py loaded outside Triton, with stand-ins for triton_python_backend_utils."""
+    """zoo/triton/onnx_model.py loaded outside Triton, with stand-ins for triton_python_backend_utils."""
     import importlib.util
     import types
 
@@ -473,7 +472,7 @@ def test_server_turns_sigterm_into_system_exit_while_it_runs(tmp_path):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_load_test_counts_requests_and_answers_as_onnxruntime(tmp_path, protocol):
-    from zoo.triton import load_table, load_test
+    from zoo.triton.load import load_table, load_test
 
     onnx_path = _embed_onnx(tmp_path / "embed.onnx")
     write_model(
@@ -505,7 +504,7 @@ def test_load_test_counts_requests_and_answers_as_onnxruntime(tmp_path, protocol
 
 
 def test_load_test_refuses_other_hosts_and_bad_levels():
-    from zoo.triton import load_test, parse_concurrency
+    from zoo.triton.load import load_test, parse_concurrency
 
     with pytest.raises(ValueError, match="this machine only"):
         load_test("10.0.0.1:8000", "m", [{"x": np.zeros(1)}], outputs=["y"])

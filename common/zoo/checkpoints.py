@@ -37,14 +37,9 @@ import pathlib
 import sys
 from dataclasses import dataclass
 
-import zoo.io
 from zoo.cli import entry_point
 from zoo.errors import UserError, one_line
 from zoo.io import FORMATS, DownloadError, download, is_sha256_prefix
-
-# zoo.cli and zoo.torch (being changed elsewhere) still import these two from here; they live in
-# zoo.io. Drop this line once those files import them from there.
-atomic_write, remove_stale_temps = zoo.io.atomic_write, zoo.io.remove_stale_temps
 
 
 class CheckpointError(UserError):

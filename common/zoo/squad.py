@@ -283,7 +283,7 @@ def answer_through_triton(
 ):
     """({question id: answer}, per-request latencies in ms) from a served span model (inputs input_ids,
     token_type_ids, attention_mask; outputs start_logits, end_logits), over one connection."""
-    from zoo.triton import TritonClient
+    from zoo.triton.client import TritonClient
 
     features = make_features(examples, tokenizer, max_seq=max_seq, doc_stride=doc_stride)
     starts, ends, latencies = [], [], []

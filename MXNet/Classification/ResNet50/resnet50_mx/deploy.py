@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+from zoo.cli import entry_point
 
 from .triton_repo import INPUT_NAME, OUTPUT_NAME, zoo_triton_python
 
@@ -77,7 +78,7 @@ def serve(
     url = f"127.0.0.1:{port}"
     descriptor, log = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
     os.close(descriptor)
-    from zoo.triton import exit_on_termination_signals
+    from zoo.triton.server import exit_on_termination_signals
 
     with exit_on_termination_signals(), tempfile.TemporaryFile("w+") as output:
         proc = None
@@ -131,7 +132,7 @@ def _wait_ready(proc: subprocess.Popen, url: str, output, log: str, timeout: flo
 
 def _stop(proc: subprocess.Popen) -> None:
     """SIGINT to ``python -m zoo.triton serve`` (it stops the server and its python stubs); kill the rest."""
-    from zoo.triton import triton_processes
+    from zoo.triton.processes import triton_processes
 
     # The server runs in a session of its own: note it now, to kill it should the wrapper fail to.
     servers = [p for p in triton_processes(descending_from=proc.pid) if p.name == "tritonserver"]
@@ -170,7 +171,7 @@ def load_images(data_dir: str, image_size: int, count: int) -> tuple[np.ndarray,
 
 def classify(url: str, model: str, images: np.ndarray, batch_size: int) -> tuple[np.ndarray, list[float]]:
     """Logits for ``images`` from the served ``model`` (over one connection) and each request's latency (ms)."""
-    from zoo.triton import TritonClient
+    from zoo.triton.client import TritonClient
 
     logits, latencies = [], []
     with TritonClient(url, "http") as client:
@@ -190,8 +191,9 @@ def request_inputs(images: np.ndarray, batch_size: int) -> list[dict]:
     ]
 
 
+@entry_point
 def main(argv=None):
-    from zoo.triton import add_load_args, run_load_mode
+    from zoo.triton.load import add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(
         prog="deploy_triton.sh",

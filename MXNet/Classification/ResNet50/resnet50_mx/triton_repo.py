@@ -3,7 +3,7 @@
 Run by ``export.py`` in an interpreter that has ``tritonclient[grpc]`` (config.pbtxt validation).
 Both models take ``images`` FP32 [3,H,W] (NCHW, normalised) and answer ``logits`` FP32 [classes],
 like every ResNet-50 of the zoo; ``<prefix>_python`` is the zoo's shared ONNX model file
-(zoo.triton.ONNX_PYTHON_MODEL) over the same model.onnx.
+(zoo.triton.repository.ONNX_PYTHON_MODEL) over the same model.onnx.
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ def zoo_triton_python() -> str | None:
 def write_repository(spec: dict) -> list:
     """``spec``: repository, onnx (file), prefix, image_size, num_classes, max_batch_size, instance_kind,
     classes (optional list). Writes <prefix>_onnx and <prefix>_python; returns their folders."""
-    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, validate_repository, write_model
+    from zoo.triton.repository import (
+        ONNX_PYTHON_MODEL,
+        TensorSpec,
+        model_config,
+        validate_repository,
+        write_model,
+    )
 
     size, classes = int(spec["image_size"]), int(spec["num_classes"])
     max_batch = int(spec["max_batch_size"])

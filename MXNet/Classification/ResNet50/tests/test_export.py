@@ -106,7 +106,7 @@ def test_deploy_load_mode_counts_requests_without_errors(triton_repository, digi
 )
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(triton_repository, digits_rec, sig):
-    from zoo.triton import signal_when_serving
+    from zoo.triton.processes import signal_when_serving
 
     command = [sys.executable, "-m", "resnet50_mx.deploy", "--model-repository", str(triton_repository)]
     command += ["--data-dir", str(digits_rec), "--num-images", "359", "--batch-size", "1"]

@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import shutil
-import sys
-import tempfile
 import time
 
 import numpy as np
 from zoo.bench import percentiles
+from zoo.cli import entry_point
 
 from resnet50.data import IMAGE_EXTENSIONS, IMAGENET_MEAN, IMAGENET_STD, DataError, one_line, val_resize_size
 
@@ -67,7 +65,7 @@ def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: in
 
     The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``).
     """
-    from zoo.triton import TritonClient
+    from zoo.triton.client import TritonClient
 
     predictions, latencies = [], []
     with TritonClient(url, protocol) as client:
@@ -84,7 +82,8 @@ def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: in
 
 def load(url: str, model: str, images: list[pathlib.Path], args) -> list[dict]:
     """Load mode: the images' requests (``args.batch_size`` per request) at each ``args.concurrency``."""
-    from zoo.triton import model_io, run_load_mode
+    from zoo.triton.client import model_io
+    from zoo.triton.load import run_load_mode
 
     (input_name,), (output_name,) = model_io(url, model, args.protocol)
     batches = [
@@ -129,8 +128,10 @@ def report(predictions, latencies, protocol: str, model: str, class_names: list[
     )
 
 
+@entry_point
 def main(argv=None) -> None:
-    from zoo.triton import add_load_args
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import add_load_args
 
     p = argparse.ArgumentParser(prog="python -m resnet50.deploy", description=__doc__.split("\n")[0])
     p.add_argument("images", nargs="+", help="image files or folders")
@@ -151,37 +152,14 @@ def main(argv=None) -> None:
         kwargs = dict(image_size=args.image_size, protocol=args.protocol, top_k=args.top_k,
                       class_names=names, batch_size=args.batch_size)  # fmt: skip
 
-        def run(url):
+        serving = serve_or_connect(
+            args.repository, args.model, url=args.url, protocol=args.protocol, log_path=args.server_log
+        )
+        with serving as url:
             if args.concurrency:
-                return load(url, args.model, images, args)
-            return classify(url, args.model, images, **kwargs)
-
-        if args.url:
-            outcome = run(args.url)
-        else:
-            from zoo.triton import TritonServer
-
-            if not pathlib.Path(args.repository, args.model, "config.pbtxt").is_file():
-                raise DataError(f"{args.repository} has no model {args.model} (run scripts/export_triton.sh)")
-            print(
-                f"starting tritonserver on 127.0.0.1 with {args.repository}/{args.model} ...", file=sys.stderr
-            )
-            # Serve only the chosen model: the repository's other models may need backends this
-            # server lacks (the nvidia-pytriton tritonserver has only the python backend).
-            single = pathlib.Path(tempfile.mkdtemp(prefix="resnet50-serve-"))
-            (single / args.model).symlink_to(pathlib.Path(args.repository, args.model).resolve())
-            try:
-                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
-                with TritonServer(single, log_path=args.server_log) as server:
-                    url = server.http_url if args.protocol == "http" else server.grpc_url
-                    print(
-                        f"tritonserver ready: http {server.http_url}, grpc {server.grpc_url}", file=sys.stderr
-                    )
-                    outcome = run(url)
-            finally:
-                shutil.rmtree(single, ignore_errors=True)
-    except RuntimeError as e:  # the server's: its first line names the cause, the rest is the log's tail
-        raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+                outcome = load(url, args.model, images, args)
+            else:
+                outcome = classify(url, args.model, images, **kwargs)
     except DataError as e:
         message = one_line(e)
         raise SystemExit(message if message.startswith("error:") else f"error: {message}") from None

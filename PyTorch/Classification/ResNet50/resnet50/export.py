@@ -12,7 +12,7 @@ Triton's dynamic batcher forms the batches. Each config.pbtxt records the precis
 - ``resnet50_libtorch``: platform pytorch_libtorch, model.pt (traced TorchScript), tensors named
   ``INPUT__0`` / ``OUTPUT__0`` as that backend expects;
 - ``resnet50_onnx``: platform onnxruntime_onnx, model.onnx, tensors ``images`` / ``logits``;
-- ``resnet50_python``: python backend, the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+- ``resnet50_python``: python backend, the zoo's shared ONNX model file (zoo.triton.repository.ONNX_PYTHON_MODEL)
   over the same model.onnx on the CPU, ``images`` / ``logits`` like every ResNet-50 of the zoo
   (serves where only the python backend exists, e.g. the tritonserver of the nvidia-pytriton wheel).
 
@@ -29,7 +29,7 @@ import tempfile
 import torch
 import zoo.cli
 from zoo.checkpoints import CheckpointError
-from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
 from resnet50.data import one_line

@@ -11,7 +11,10 @@ import torch
 from r50_testutil import MODEL_DIR, model_env, run_module
 from resnet50.export import export_onnx, export_repository, export_torchscript
 from resnet50.model import resnet50
-from zoo.triton import TritonServer, infer, parse_pbtxt, signal_when_serving
+from zoo.triton.client import infer
+from zoo.triton.processes import signal_when_serving
+from zoo.triton.repository import parse_pbtxt
+from zoo.triton.server import TritonServer
 
 SIZE = 32
 

@@ -7,7 +7,7 @@ import torch
 from resnet50.export import export_onnx, export_repository, export_torchscript
 from resnet50.inference import fold_batchnorm, inference_model
 from resnet50.model import resnet50
-from zoo.triton import parse_pbtxt
+from zoo.triton.repository import parse_pbtxt
 
 SIZE = 32
 

@@ -12,14 +12,13 @@ per level, prints throughput, p50/p99 latency and errors per level, and exits no
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from zoo.cli import entry_point
 
 from ssd.boxes import Detections
 from ssd.detect import draw, load_images
@@ -28,8 +27,10 @@ MODEL = "ssd300_python"
 OUTPUTS = ["detection_boxes", "detection_scores", "detection_labels", "num_detections"]
 
 
+@entry_point
 def main(argv=None) -> None:
-    from zoo.triton import TritonServer, add_load_args, run_load_mode
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("images", nargs="+", help="image files")
@@ -43,29 +44,11 @@ def main(argv=None) -> None:
     pil, batch = load_images(a.images)
     inputs = {"images": batch.numpy().astype(np.float32)}
 
-    def run(url):
+    with serve_or_connect(a.repository, MODEL, url=a.url, protocol=a.protocol) as url:
         if a.concurrency:
-            return run_load_mode(url, MODEL, [inputs], a, outputs=OUTPUTS)
-        return timed_infer(url, inputs, a.protocol)
-
-    if a.url:
-        outcome = run(a.url)
-    else:
-        repo = Path(a.repository)
-        if not (repo / MODEL / "config.pbtxt").is_file():
-            raise SystemExit(f"{repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
-        with tempfile.TemporaryDirectory() as tmp:
-            shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
-            try:
-                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
-                with TritonServer(tmp) as server:
-                    url = server.http_url if a.protocol == "http" else server.grpc_url
-                    print(
-                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
-                    )
-                    outcome = run(url)
-            except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
-                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+            outcome = run_load_mode(url, MODEL, [inputs], a, outputs=OUTPUTS)
+        else:
+            outcome = timed_infer(url, inputs, a.protocol)
     if a.concurrency:
         return
     out, ms = outcome
@@ -86,7 +69,7 @@ def main(argv=None) -> None:
 
 def timed_infer(url, inputs, protocol):
     """The outputs and latency (ms) of one request, after an untimed warm-up on the same connection."""
-    from zoo.triton import TritonClient
+    from zoo.triton.client import TritonClient
 
     with TritonClient(url, protocol) as client:
         client.infer(MODEL, inputs, OUTPUTS)

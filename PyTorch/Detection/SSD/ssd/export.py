@@ -11,7 +11,7 @@ The repository holds four models:
                        by position (``INPUT__0`` the images, ``OUTPUT__0`` loc, ``OUTPUT__1`` logits)
   ssd300_decoded_onnx  onnxruntime_onnx: post-processing inside, ``boxes (N, 8732, 4)`` xyxy in [0, 1]
                        and ``scores (N, 8732, C)`` (softmax); NMS is left to the client
-  ssd300_python        python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+  ssd300_python        python backend: the zoo's shared ONNX model file (zoo.triton.repository.ONNX_PYTHON_MODEL)
                        over the decoded ONNX model, with per-class NMS (ssd/triton_postprocess.py as its
                        postprocess file), ``detection_boxes (N, K, 4)``, ``detection_scores``,
                        ``detection_labels`` (0 = padding) and ``num_detections``; the same boxes as
@@ -101,7 +101,7 @@ def write_repository(
 ) -> Path:
     """Write the four models of the module docstring, each holding ``model``'s inference model in
     ``amp``'s precision, into ``repository`` (bf16: the TorchScript model only); returns its path."""
-    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     repo = Path(repository)
     model = inference_model(model, amp)

@@ -163,7 +163,9 @@ def test_python_backend_nms_equals_torch_postprocess():
 
 
 def test_repository_served_by_tritonserver_gives_pytorch_boxes(model, images, tmp_path):
-    from zoo.triton import TritonServer, infer, parse_pbtxt
+    from zoo.triton.client import infer
+    from zoo.triton.repository import parse_pbtxt
+    from zoo.triton.server import TritonServer
 
     repo = write_repository(model, tmp_path / "repo", max_batch_size=4, instance_kind="KIND_CPU")
     for name in ("ssd300_onnx", "ssd300_decoded_onnx", "ssd300_python", "ssd300_torchscript"):
@@ -215,7 +217,7 @@ def assert_same_detections(boxes, scores, labels, det, score_tie=1e-5, box_atol=
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(model, tmp_path, sig):
     from PIL import Image
-    from zoo.triton import signal_when_serving
+    from zoo.triton.processes import signal_when_serving
 
     repo = write_repository(model, tmp_path / "repo", max_batch_size=8, instance_kind="KIND_CPU")
     Image.new("RGB", (320, 240), (40, 120, 200)).save(tmp_path / "blue.png")

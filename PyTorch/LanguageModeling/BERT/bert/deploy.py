@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import sys
-import tempfile
 from pathlib import Path
 
+from zoo.cli import entry_point
 from zoo.squad import Example, answer_through_triton, load_squad_json, make_features, request_inputs
 from zoo.wordpiece import load_tokenizer
 
@@ -36,17 +34,11 @@ def questions_of(path) -> list[Example]:
         raise SystemExit(f"error: {path} is not a SQuAD file: a question lacks {e}") from None
 
 
-def single_model_repository(repo: Path, model: str, into: Path) -> Path:
-    """A repository holding only `model` (the local server has no onnxruntime backend)."""
-    if not (repo / model / "config.pbtxt").is_file():
-        raise SystemExit(f"{repo} has no model {model} (run scripts/export_triton.sh)")
-    shutil.copytree(repo / model, into / model, symlinks=True)
-    return into
-
-
+@entry_point
 def main(argv=None) -> None:
     from zoo.bench import percentiles
-    from zoo.triton import add_load_args, run_load_mode
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(prog="python -m bert.deploy", description=__doc__.splitlines()[0])
     p.add_argument("--model-repository", default="results/triton_repository")
@@ -73,31 +65,14 @@ def main(argv=None) -> None:
         raise SystemExit("give --question and --context, or --squad-file")
     window = dict(protocol=args.protocol, max_seq=args.max_seq, doc_stride=args.doc_stride)
 
-    def run(url):
+    with serve_or_connect(repo, args.model, url=args.url, protocol=args.protocol) as url:
         if args.concurrency:
             features = make_features(examples, tokenizer, max_seq=args.max_seq, doc_stride=args.doc_stride)
-            return run_load_mode(
+            outcome = run_load_mode(
                 url, args.model, request_inputs(features, 8), args, outputs=["start_logits", "end_logits"]
             )
-        return answer_through_triton(url, args.model, examples, tokenizer, **window)
-
-    if args.url:
-        outcome = run(args.url)
-    else:
-        from zoo.triton import TritonServer
-
-        with tempfile.TemporaryDirectory() as tmp:
-            served = single_model_repository(repo, args.model, Path(tmp))
-            try:
-                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
-                with TritonServer(served) as server:
-                    url = server.http_url if args.protocol == "http" else server.grpc_url
-                    print(
-                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
-                    )
-                    outcome = run(url)
-            except RuntimeError as e:
-                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+        else:
+            outcome = answer_through_triton(url, args.model, examples, tokenizer, **window)
     if args.concurrency:
         return
     answers, latencies = outcome

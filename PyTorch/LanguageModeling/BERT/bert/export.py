@@ -3,7 +3,7 @@ default) to ONNX and TorchScript, and write a Triton model repository:
 
 <repo>/bert_squad_onnx/      onnxruntime backend (Triton's GPU/CPU onnxruntime), model.onnx
 <repo>/bert_squad_libtorch/  pytorch backend (libtorch), model.pt: the same model traced as TorchScript
-<repo>/bert_squad_python/    python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+<repo>/bert_squad_python/    python backend: the zoo's shared ONNX model file (zoo.triton.repository.ONNX_PYTHON_MODEL)
                              over the same ONNX file; it answers a request whose token ids lie outside
                              the vocabulary (or type ids, mask values outside theirs) with an error of
                              its own, and the requests batched with it as usual
@@ -99,7 +99,7 @@ def write_repository(
     ``vocab_size`` and ``type_vocab_size`` (the model's) bound the ids the python model accepts;
     ``amp`` (the weights' precision) is recorded in each config.pbtxt.
     """
-    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     batching = {
         "preferred_batch_size": [max(1, max_batch_size // 2), max_batch_size],

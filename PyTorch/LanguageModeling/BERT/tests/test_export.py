@@ -9,11 +9,12 @@ import sys
 import numpy as np
 import pytest
 import torch
-from bert.deploy import answer_through_triton, single_model_repository
+from bert.deploy import answer_through_triton
 from bert.export import export_onnx, export_torchscript, write_repository
 from bert.inference import inference_model, load_squad_model
 from bert.model import BertForQuestionAnswering, bert_config
 from zoo.squad import Example, best_spans, make_features
+from zoo.triton.repository import single_model_repository
 from zoo.wordpiece import load_tokenizer
 
 
@@ -69,7 +70,7 @@ def test_onnx_matches_eager_for_other_shapes(exported):
 
 
 def test_repository_configs_parse(exported):
-    from zoo.triton import parse_pbtxt
+    from zoo.triton.repository import parse_pbtxt
 
     model, _, repo = exported
     for name, backend in [("bert_squad_onnx", "onnxruntime"), ("bert_squad_python", "python")]:
@@ -93,7 +94,7 @@ def test_repository_configs_parse(exported):
 
 
 def test_tritonserver_answers_with_the_pytorch_span(exported, tiny_vocab, tmp_path):
-    from zoo.triton import TritonServer
+    from zoo.triton.server import TritonServer
 
     model, _, repo = exported
     tokenizer = load_tokenizer(tiny_vocab)
@@ -144,7 +145,9 @@ def test_a_token_id_outside_the_vocabulary_fails_only_its_own_request(exported, 
 
     import onnxruntime as ort
     import tritonclient.http
-    from zoo.triton import TritonServer, config_to_pbtxt, infer, parse_pbtxt
+    from zoo.triton.client import infer
+    from zoo.triton.repository import config_to_pbtxt, parse_pbtxt
+    from zoo.triton.server import TritonServer
 
     model, onnx_path, repo = exported
     served = single_model_repository(repo, "bert_squad_python", tmp_path)
@@ -196,7 +199,7 @@ def test_a_token_id_outside_the_vocabulary_fails_only_its_own_request(exported, 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(exported, tiny_vocab, tmp_path, sig, model_dir):
-    from zoo.triton import signal_when_serving
+    from zoo.triton.processes import signal_when_serving
 
     _, _, repo = exported
     context = (model_dir / "README.md").read_text()[:3000]
@@ -271,7 +274,7 @@ def test_export_writes_the_inference_model_in_the_precision_asked(tmp_path):
         np.testing.assert_allclose(a, b, atol=2e-3, rtol=0)  # fp16 kernels of two libraries
     traced = torch.jit.load(str(repo / "bert_squad_libtorch" / "1" / "model.pt"))
     assert {p.dtype for p in traced.parameters()} == {torch.float16}
-    from zoo.triton import parse_pbtxt
+    from zoo.triton.repository import parse_pbtxt
 
     config = parse_pbtxt((repo / "bert_squad_onnx" / "config.pbtxt").read_text())
     assert config.parameters["precision"].string_value == "fp16"

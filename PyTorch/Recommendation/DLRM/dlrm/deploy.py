@@ -14,20 +14,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from zoo.cli import entry_point
 
 MODEL = "dlrm_python"
 
 
 def score(url, protocol, requests: list[dict]) -> tuple[np.ndarray, float]:
     """(CTRs of every request's rows, mean ms per request), one request at a time over one connection."""
-    from zoo.triton import TritonClient
+    from zoo.triton.client import TritonClient
 
     ctrs, started = [], time.perf_counter()
     with TritonClient(url, protocol) as client:
@@ -36,9 +34,12 @@ def score(url, protocol, requests: list[dict]) -> tuple[np.ndarray, float]:
     return np.concatenate(ctrs), (time.perf_counter() - started) * 1000 / max(1, len(requests))
 
 
+@entry_point
 def main(argv=None) -> None:
     from sklearn.metrics import roc_auc_score
-    from zoo.triton import TritonServer, add_load_args, parse_pbtxt, run_load_mode
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import add_load_args, run_load_mode
+    from zoo.triton.repository import parse_pbtxt
 
     from dlrm.data import Split, expand_categorical
 
@@ -77,26 +78,11 @@ def main(argv=None) -> None:
         for i in range(0, len(labels), a.batch_size)
     ]
 
-    def run(url):
+    with serve_or_connect(repo, MODEL, url=a.url, protocol=a.protocol) as url:
         if a.concurrency:
-            return run_load_mode(url, MODEL, requests, a, outputs=["ctr"])
-        return score(url, a.protocol, requests)
-
-    if a.url:
-        outcome = run(a.url)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
-            try:
-                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
-                with TritonServer(tmp) as server:
-                    url = server.http_url if a.protocol == "http" else server.grpc_url
-                    print(
-                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
-                    )
-                    outcome = run(url)
-            except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
-                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+            outcome = run_load_mode(url, MODEL, requests, a, outputs=["ctr"])
+        else:
+            outcome = score(url, a.protocol, requests)
     if a.concurrency:
         return
     ctrs, ms = outcome

@@ -67,7 +67,7 @@ def write_repository(
     model, repo, num_dense: int, *, max_batch_size: int = 4096, instance_kind: str = "KIND_GPU"
 ):
     """Write dlrm_onnx and dlrm_python into ``repo``; returns the repository path."""
-    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     repo = pathlib.Path(repo)
     repo.mkdir(parents=True, exist_ok=True)

@@ -90,7 +90,9 @@ def test_checkpoint_of_another_model_is_a_one_line_error(trained):
 
 
 def test_python_backend_served_by_tritonserver_returns_the_same_ctrs(exported, tmp_path):
-    from zoo.triton import TritonServer, infer, parse_pbtxt
+    from zoo.triton.client import infer
+    from zoo.triton.repository import parse_pbtxt
+    from zoo.triton.server import TritonServer
 
     repo, dense, sparse, expected = exported
     for name in ("dlrm_onnx", "dlrm_python"):
@@ -128,7 +130,7 @@ def test_deploy_scores_rows_and_its_load_mode_prints_a_table_without_errors(expo
 def test_deploy_stopped_by_sigterm_leaves_no_server_running(exported, synthetic_dir):
     import signal
 
-    from zoo.triton import signal_when_serving
+    from zoo.triton.processes import signal_when_serving
 
     command = ["bash", str(MODEL_DIR / "scripts" / "deploy_triton.sh"), "--repository", str(exported[0])]
     command += ["--data-dir", str(synthetic_dir), "--rows", "2048", "--batch-size", "1"]

@@ -13,14 +13,12 @@ once per level, prints throughput, p50/p99 latency and errors per level, and exi
 from __future__ import annotations
 
 import argparse
-import shutil
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from zoo.cli import entry_point
 
 from maskrcnn.detect import draw, load_image
 from maskrcnn.export import OUTPUTS
@@ -28,9 +26,11 @@ from maskrcnn.export import OUTPUTS
 MODEL = "maskrcnn_python"
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import parse_args
-    from zoo.triton import TritonServer, add_load_args, run_load_mode
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(
         prog="python -m maskrcnn.deploy",
@@ -50,27 +50,12 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: {repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
     loaded = [load_image(path) for path in a.images]
 
-    def run(url):
+    with serve_or_connect(repo, MODEL, url=a.url, protocol=a.protocol) as url:
         if a.concurrency:
             requests = [{"image": image.numpy().astype(np.float32)} for _, image in loaded]
-            return run_load_mode(url, MODEL, requests, a, outputs=list(OUTPUTS))
-        return serve_all(url, loaded, a.protocol)
-
-    if a.url:
-        answers = run(a.url)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            shutil.copytree(repo / MODEL, Path(tmp) / MODEL)
-            try:
-                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
-                with TritonServer(tmp) as server:
-                    url = server.http_url if a.protocol == "http" else server.grpc_url
-                    print(
-                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
-                    )
-                    answers = run(url)
-            except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
-                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+            answers = run_load_mode(url, MODEL, requests, a, outputs=list(OUTPUTS))
+        else:
+            answers = serve_all(url, loaded, a.protocol)
     if a.concurrency:
         return
     for path, (im, _), (out, ms) in zip(a.images, loaded, answers, strict=True):
@@ -92,7 +77,7 @@ def main(argv=None) -> None:
 
 def serve_all(url, loaded, protocol) -> list[tuple[dict, float]]:
     """(outputs, milliseconds) per image over one connection; the first image is sent once before as warm-up."""
-    from zoo.triton import TritonClient
+    from zoo.triton.client import TritonClient
 
     answers = []
     with TritonClient(url, protocol) as client:

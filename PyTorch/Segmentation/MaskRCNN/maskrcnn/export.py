@@ -8,7 +8,7 @@ and resizes as the PyTorch model does); outputs ``boxes (N, 4)`` xyxy pixels of 
 ``labels (N)`` INT64 category ids, ``scores (N)``, ``masks (N, 1, H, W)`` FP32 mask probabilities
 (threshold 0.5 for a binary mask). The repository holds:
   maskrcnn_onnx     onnxruntime_onnx (Triton's GPU/CPU onnxruntime backend)
-  maskrcnn_python   python backend: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+  maskrcnn_python   python backend: the zoo's shared ONNX model file (zoo.triton.repository.ONNX_PYTHON_MODEL)
                     over the same ONNX file, for servers that carry only the python backend
 The graph holds torchvision's RPN filter whatever the checkpoint's ``speed.rpn_nms``: the batched
 filter's Triton kernels cannot be traced, so it runs torchvision's code while tracing (same proposals).
@@ -68,7 +68,7 @@ def export_onnx(model: nn.Module, path, *, sample_size: tuple[int, int] = (160, 
 
 
 def tensor_specs():
-    from zoo.triton import TensorSpec
+    from zoo.triton.repository import TensorSpec
 
     inputs = [TensorSpec("image", "FP32", [3, -1, -1])]
     outputs = [
@@ -82,7 +82,7 @@ def tensor_specs():
 
 def write_repository(model: nn.Module, repository, *, instance_kind: str = "KIND_GPU") -> Path:
     """Write the two models of the module docstring into ``repository``; returns its path."""
-    from zoo.triton import ONNX_PYTHON_MODEL, model_config, write_model
+    from zoo.triton.repository import ONNX_PYTHON_MODEL, model_config, write_model
 
     repo = Path(repository)
     inputs, outputs = tensor_specs()

@@ -44,7 +44,7 @@ def assert_same(got: dict, want: dict):
 
 def test_onnx_runs_any_image_size_like_pytorch(model, repo):
     import onnxruntime as ort
-    from zoo.triton import parse_pbtxt
+    from zoo.triton.repository import parse_pbtxt
 
     for name in ("maskrcnn_onnx", "maskrcnn_python"):
         parse_pbtxt((repo / name / "config.pbtxt").read_text())
@@ -59,7 +59,8 @@ def test_onnx_runs_any_image_size_like_pytorch(model, repo):
 
 
 def test_python_backend_served_by_tritonserver_answers_like_pytorch(model, repo, tmp_path):
-    from zoo.triton import TritonServer, infer
+    from zoo.triton.client import infer
+    from zoo.triton.server import TritonServer
 
     served = tmp_path / "served"
     shutil.copytree(repo / "maskrcnn_python", served / "maskrcnn_python")
@@ -119,7 +120,7 @@ def test_deploy_load_mode_prints_a_table_without_errors(repo, tmp_path):
 
 def test_deploy_stopped_by_sigterm_leaves_no_tritonserver_or_stub(repo, tmp_path):
     from PIL import Image
-    from zoo.triton import signal_when_serving
+    from zoo.triton.processes import signal_when_serving
 
     Image.new("RGB", (160, 128), (40, 120, 200)).save(tmp_path / "blue.png")
     command = [

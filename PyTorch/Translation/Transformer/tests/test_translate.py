@@ -110,7 +110,7 @@ def test_onnx_beam_search_equals_pytorch(model_and_source, tmp_path):
 def test_tritonserver_translates_like_pytorch(model_and_source, tmp_path):
     from transformer.deploy import translate_served
     from transformer.translate import translate_lines
-    from zoo.triton import TritonServer
+    from zoo.triton.server import TritonServer
 
     model, tokenizer, lines, _ = model_and_source
     repo = write_repository(model, tmp_path / "repo", tokenizer, beam=4)
@@ -147,7 +147,7 @@ def test_deploy_load_mode_prints_a_table_without_errors(model_and_source, tmp_pa
 def test_deploy_stopped_by_sigterm_leaves_no_server_running(model_and_source, tmp_path):
     import signal
 
-    from zoo.triton import signal_when_serving
+    from zoo.triton.processes import signal_when_serving
 
     model, tokenizer, lines, _ = model_and_source
     repo = write_repository(model, tmp_path / "repo", tokenizer, beam=4)

@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import shutil
 import sys
-import tempfile
 
 import numpy as np
+from zoo.cli import entry_point
 
 from transformer.export import TRITON_MODEL
 
 
 def translate_served(url: str, tokenizer, lines: list, protocol: str = "http", batch: int = 16) -> list:
     """Translations of ``lines`` by the served model, one request per ``batch`` lines over one connection."""
-    from zoo.triton import TritonClient
+    from zoo.triton.client import TritonClient
 
     from transformer.model import EOS
 
@@ -53,9 +52,11 @@ def request_inputs(tokenizer, lines: list, batch: int) -> list[dict]:
     return requests
 
 
+@entry_point
 def main(argv=None) -> list:
     """The translations (in load mode: ``load_test``'s rows, one per concurrency level)."""
-    from zoo.triton import TritonServer, add_load_args, run_load_mode
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import add_load_args, run_load_mode
 
     from transformer.data import load_tokenizer
 
@@ -88,27 +89,12 @@ def main(argv=None) -> list:
     if not lines:
         raise SystemExit(f"error: {args.input or 'stdin'} holds no sentence to translate")
 
-    def run(url):
+    with serve_or_connect(repo, TRITON_MODEL, url=args.url, protocol=args.protocol) as url:
         if args.concurrency:
             requests = request_inputs(tokenizer, lines, args.batch)
-            return run_load_mode(url, TRITON_MODEL, requests, args, outputs=["tokens"])
-        return translate_served(url, tokenizer, lines, args.protocol, args.batch)
-
-    if args.url:
-        translations = run(args.url)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            shutil.copytree(repo / TRITON_MODEL, pathlib.Path(tmp) / TRITON_MODEL)
-            try:
-                # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
-                with TritonServer(tmp) as server:
-                    url = server.http_url if args.protocol == "http" else server.grpc_url
-                    print(
-                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
-                    )
-                    translations = run(url)
-            except RuntimeError as e:  # its first line names the cause, the rest is the log's tail
-                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+            translations = run_load_mode(url, TRITON_MODEL, requests, args, outputs=["tokens"])
+        else:
+            translations = translate_served(url, tokenizer, lines, args.protocol, args.batch)
     if args.concurrency:
         return translations
     for line in translations:

@@ -112,7 +112,7 @@ def write_repository(
     max_length_b=10,
 ) -> Path:
     """Write ``transformer_python`` (module docstring) into ``repository``; returns its path."""
-    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     repo = Path(repository)
     settings = {

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from zoo.cli import entry_point
 
 
 def load_images(paths: list[str], image_size: int) -> np.ndarray:
@@ -72,7 +72,7 @@ def classify(
     url: str, model: str, images: np.ndarray, protocol: str, batch_size: int
 ) -> tuple[np.ndarray, list]:
     """Logits for every image (NCHW), sent in batches over one connection; and each request's latency (ms)."""
-    from zoo.triton import TritonClient
+    from zoo.triton.client import TritonClient
 
     logits, latencies = [], []
     with TritonClient(url, protocol) as client:
@@ -84,8 +84,9 @@ def classify(
     return np.concatenate(logits), latencies
 
 
+@entry_point
 def main(argv=None) -> dict:
-    from zoo.triton import add_load_args
+    from zoo.triton.load import add_load_args
 
     p = argparse.ArgumentParser(
         prog="deploy_triton.sh",
@@ -116,7 +117,9 @@ def main(argv=None) -> dict:
         raise SystemExit("nothing to classify: pass --images FILE..., --data-dir TFRECORDS or --synthetic")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from zoo.bench import percentiles
-    from zoo.triton import TritonServer, parse_pbtxt, run_load_mode
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import run_load_mode
+    from zoo.triton.repository import parse_pbtxt
 
     try:
         model_config = parse_pbtxt(config.read_text())
@@ -136,33 +139,17 @@ def main(argv=None) -> dict:
         images, names, classes = to_nchw(load_images(args.images, image_size)), args.images, None
     classes = read_labels(repo, args.model) or classes
 
-    def run(url):
+    serving = serve_or_connect(
+        repo, args.model, url=args.url, protocol=args.protocol, python_env=args.python_env
+    )
+    with serving as url:
         if args.concurrency:
             batches = [
                 {"images": images[i : i + args.batch_size]} for i in range(0, len(images), args.batch_size)
             ]
-            return run_load_mode(url, args.model, batches, args, outputs=["logits"])
-        return classify(url, args.model, images, args.protocol, args.batch_size)
-
-    if args.url:
-        outcome = run(args.url)
-    else:
-        import tempfile
-
-        # A repository of the one model: the wheel's server lacks the other models' backends.
-        only = Path(tempfile.mkdtemp(prefix="zoo-repo-"))
-        (only / args.model).symlink_to((repo / args.model).resolve(), target_is_directory=True)
-        try:
-            # The server stops on every way out of this block: an error, Ctrl-C, SIGTERM.
-            with TritonServer(only, python_env=args.python_env) as server:
-                url = server.http_url if args.protocol == "http" else server.grpc_url
-                print(f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr)
-                outcome = run(url)
-        except RuntimeError as e:
-            raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
-        finally:
-            (only / args.model).unlink()
-            only.rmdir()
+            outcome = run_load_mode(url, args.model, batches, args, outputs=["logits"])
+        else:
+            outcome = classify(url, args.model, images, args.protocol, args.batch_size)
     if args.concurrency:
         return {"load": outcome}
     logits, latencies = outcome

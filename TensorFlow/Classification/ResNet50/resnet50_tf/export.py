@@ -6,7 +6,7 @@ The repository gets three models over the same weights, each with a config.pbtxt
 Triton's ModelConfig:
   resnet50_tf_savedmodel  platform tensorflow_savedmodel (Triton's TensorFlow backend)
   resnet50_tf_onnx        backend onnxruntime
-  resnet50_tf_python      backend python: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+  resnet50_tf_python      backend python: the zoo's shared ONNX model file (zoo.triton.repository.ONNX_PYTHON_MODEL)
                           over the same ONNX model (for servers with only the python backend, such
                           as the nvidia-pytriton wheel's)
 Input `images`: float32 NCHW [batch, 3, size, size], normalised (resnet50_tf.data.normalize), the
@@ -95,7 +95,7 @@ def write_repository(
     instance_kind: str = "KIND_GPU",
 ) -> list[Path]:
     """The three Triton models (see the module docstring); returns their directories."""
-    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     inputs = [TensorSpec(INPUT, "FP32", [3, image_size, image_size])]
     outputs = [TensorSpec(OUTPUT, "FP32", [len(classes)])]

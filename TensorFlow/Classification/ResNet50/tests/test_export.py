@@ -28,7 +28,7 @@ def exported(trained_run, digits_tfrecords, tmp_path_factory):
 
 
 def test_repository_configs_are_valid(exported):
-    from zoo.triton import parse_pbtxt
+    from zoo.triton.repository import parse_pbtxt
 
     repo = exported[0]
     names = sorted(p.parent.name for p in repo.glob("*/config.pbtxt"))
@@ -74,7 +74,7 @@ def test_onnx_equals_keras(exported):
 def test_tritonserver_python_backend_top1_equals_keras(exported, tmp_path):
     """The real tritonserver (nvidia-pytriton wheel) on 127.0.0.1 serves the python-backend model."""
     from resnet50_tf.deploy import classify, to_nchw
-    from zoo.triton import TritonServer
+    from zoo.triton.server import TritonServer
 
     repo, images, _, keras_logits = exported
     only = tmp_path / "repo"  # the wheel's server has only the python backend
@@ -113,7 +113,7 @@ def test_deploy_load_mode_counts_requests_without_errors(exported, digits_tfreco
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(exported, sig):
-    from zoo.triton import signal_when_serving
+    from zoo.triton.processes import signal_when_serving
 
     command = [sys.executable, "-m", "resnet50_tf.deploy", "--model-repository", str(exported[0])]
     command += ["--synthetic", "--count", "3000", "--batch-size", "1"]

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import tempfile
 from pathlib import Path
 
+from zoo.cli import entry_point
 
+
+@entry_point
 def main(argv=None) -> dict | None:
     from zoo.bench import percentiles
     from zoo.squad import Example, answer_through_triton, make_features, read_squad, request_inputs
-    from zoo.triton import TritonServer, add_load_args, run_load_mode
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import add_load_args, run_load_mode
     from zoo.wordpiece import load_tokenizer
 
     p = argparse.ArgumentParser(prog="deploy_triton.sh", description=__doc__.splitlines()[0])
@@ -52,31 +54,16 @@ def main(argv=None) -> dict | None:
     else:
         raise SystemExit("error: give --question and --context, or --squad-file")
 
-    def run(url):
+    with serve_or_connect(repo, args.model, url=args.url, protocol=args.protocol) as url:
         if args.concurrency:
             features = make_features(examples, tokenizer, max_seq=args.max_seq, doc_stride=args.doc_stride)
             requests = request_inputs(features, 8)
-            return run_load_mode(url, args.model, requests, args, outputs=["start_logits", "end_logits"])
-        return answer_through_triton(
-            url, args.model, examples, tokenizer, protocol=args.protocol, max_seq=args.max_seq,
-            doc_stride=args.doc_stride,
-        )  # fmt: skip
-
-    if args.url:
-        outcome = run(args.url)
-    else:
-        with tempfile.TemporaryDirectory(prefix="zoo-repo-") as only:
-            # a repository of the one model: the wheel's server lacks the other models' backends
-            (Path(only) / args.model).symlink_to((repo / args.model).resolve(), target_is_directory=True)
-            try:
-                with TritonServer(Path(only)) as server:  # stopped on every way out: error, Ctrl-C, SIGTERM
-                    url = server.http_url if args.protocol == "http" else server.grpc_url
-                    print(
-                        f"tritonserver ready: HTTP {server.http_url}  gRPC {server.grpc_url}", file=sys.stderr
-                    )
-                    outcome = run(url)
-            except RuntimeError as e:
-                raise SystemExit(f"error: {str(e).splitlines()[0]}") from None
+            outcome = run_load_mode(url, args.model, requests, args, outputs=["start_logits", "end_logits"])
+        else:
+            outcome = answer_through_triton(
+                url, args.model, examples, tokenizer, protocol=args.protocol, max_seq=args.max_seq,
+                doc_stride=args.doc_stride,
+            )  # fmt: skip
     if args.concurrency:
         return {"load": outcome}
     answers, latencies = outcome

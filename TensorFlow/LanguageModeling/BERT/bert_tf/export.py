@@ -7,7 +7,7 @@ The repository holds three models over the same weights (each config.pbtxt check
 ModelConfig) and the vocabulary (``vocab.txt``, read by the deploy client):
   bert_tf_savedmodel  platform tensorflow_savedmodel (Triton's TensorFlow backend)
   bert_tf_onnx        backend onnxruntime
-  bert_tf_python      backend python: the zoo's shared ONNX model file (zoo.triton.ONNX_PYTHON_MODEL)
+  bert_tf_python      backend python: the zoo's shared ONNX model file (zoo.triton.repository.ONNX_PYTHON_MODEL)
                       over the same ONNX file, for servers with only the python backend (the
                       nvidia-pytriton wheel's); it rejects ids outside the vocabulary per request
 Inputs input_ids, token_type_ids, attention_mask: INT64 [batch, sequence] (the PyTorch BERT's
@@ -105,7 +105,7 @@ def write_repository(
     instance_kind: str = "KIND_GPU",
 ) -> list[Path]:
     """The three Triton models (module docstring) and the vocabulary; returns the model directories."""
-    from zoo.triton import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
     inputs = [TensorSpec(name, "INT64", [-1]) for name in INPUT_NAMES]
     outputs = [TensorSpec(name, "FP32", [-1]) for name in OUTPUT_NAMES]

@@ -30,7 +30,7 @@ def exported(squad_run, squad_data, tiny_vocab, tmp_path_factory):
 
 
 def test_repository_configs_are_valid(exported):
-    from zoo.triton import parse_pbtxt
+    from zoo.triton.repository import parse_pbtxt
 
     repo = exported[0]
     assert sorted(p.parent.name for p in repo.glob("*/config.pbtxt")) == [
@@ -77,7 +77,7 @@ def test_savedmodel_and_onnx_equal_keras(exported):
 
 def test_tritonserver_python_backend_answers_like_tensorflow(exported, tiny_vocab, tmp_path):
     from zoo.squad import answer_through_triton
-    from zoo.triton import TritonServer
+    from zoo.triton.server import TritonServer
     from zoo.wordpiece import load_tokenizer
 
     repo, examples, _, _, answers = exported

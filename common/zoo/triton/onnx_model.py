@@ -1,7 +1,7 @@
 """Triton python-backend model: an ONNX file served with onnxruntime, its contract read from config.pbtxt.
 
 Every model of the zoo writes this file as ``<model>/<version>/model.py`` beside its ONNX file
-(``zoo.triton.ONNX_PYTHON_MODEL``). It imports only numpy, onnxruntime and Triton's
+(``zoo.triton.repository.ONNX_PYTHON_MODEL``). It imports only numpy, onnxruntime and Triton's
 ``triton_python_backend_utils``, so it runs in any venv that has onnxruntime.
 
 What it reads from the model's config (``args["model_config"]``):
@@ -270,5 +270,6 @@ def _shape_text(dims: list) -> str:
 
 
 def _one_line(error: BaseException) -> str:
+    """zoo.errors.one_line, which this file cannot import: it runs in a python stub without zoo."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
