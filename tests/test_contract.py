@@ -166,6 +166,22 @@ def test_no_copies_of_shared_helpers(model_dir):
     assert not copies, f"{model_id(model_dir)} defines its own copy of a zoo helper: {copies}"
 
 
+@pytest.mark.parametrize("model_dir", MODELS, ids=model_id)
+def test_every_main_reports_user_errors_in_one_line(model_dir):
+    """A module's ``main`` runs under ``zoo.cli.entry_point``: a zoo.errors.UserError raised anywhere
+    below it ends in one ``error: ...`` line, not a traceback."""
+    bare = [
+        str(path.relative_to(model_dir))
+        for path in sorted(model_dir.rglob("*.py"))
+        if "tests" not in path.relative_to(model_dir).parts
+        for match in re.finditer(r"(.*)\n(?:async )?def main\(", path.read_text())
+        if match.group(1).strip() != "@entry_point"
+    ]
+    assert not bare, (
+        f"{model_id(model_dir)}: main without @entry_point (from zoo.cli import entry_point) in {bare}"
+    )
+
+
 # Entry points every model's rows in the bad-input matrix (tests/test_bad_input.py) must cover.
 BAD_INPUT_SCRIPTS = ["train.sh", "evaluate.sh", "download_checkpoint.sh"]
 

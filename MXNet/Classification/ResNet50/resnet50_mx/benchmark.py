@@ -13,7 +13,7 @@ import sys
 import mxnet as mx
 from mxnet.contrib import amp as mx_amp
 from zoo.bench import measure, write_report
-from zoo.cli import AMP_CHOICES, parse_args
+from zoo.cli import AMP_CHOICES, entry_point, parse_args
 
 from .model import LAYOUTS, build_model
 from .train import Processes, build_trainer, parse_gpus, train_step
@@ -69,6 +69,7 @@ def bench_inference(args, ctx, batch_size: int) -> dict:
     return dict(summary, mode="inference", batch_size=batch_size)
 
 
+@entry_point
 def main(argv=None):
     p = argparse.ArgumentParser(prog="benchmark.sh", description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=["train", "inference", "both"], default="both")

@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import mxnet as mx
+from zoo.errors import one_line
 
 from .model import build_model
 
@@ -161,9 +162,7 @@ def load_for_inference(
     try:
         net.load_parameters(str(params_path), ctx=ctx)
     except (AssertionError, mx.base.MXNetError) as e:
-        raise SystemExit(
-            f"{params_path} does not fit ResNet-50 v1.5: {str(e).splitlines()[0][:200]}"
-        ) from None
+        raise SystemExit(f"{params_path} does not fit ResNet-50 v1.5: {one_line(e, limit=200)}") from None
     if layout != saved_layout:
         net = convert_layout(net, layout, input_layout, ctx)
     meta = dict(meta, params=str(params_path), num_classes=found, layout=layout)

@@ -11,7 +11,7 @@ import time
 import mxnet as mx
 from mxnet import gluon
 from mxnet.contrib import amp as mx_amp
-from zoo.cli import AMP_CHOICES, parse_args
+from zoo.cli import AMP_CHOICES, entry_point, parse_args
 from zoo.log import MetricsLogger
 
 
@@ -43,6 +43,7 @@ def evaluate(net, loader, ctx, progress=None) -> dict:
     return {"top1": correct1 / total, "top5": correct5 / total, "images": total}
 
 
+@entry_point
 def main(argv=None):
     from .checkpoint import load_for_inference
     from .data import BACKENDS, DataSpec, build_loader, val_transform

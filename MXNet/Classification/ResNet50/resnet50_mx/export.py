@@ -21,6 +21,7 @@ from pathlib import Path
 
 import mxnet as mx
 import numpy as np
+from zoo.cli import entry_point
 
 from .triton_repo import INPUT_NAME, OUTPUT_NAME, zoo_triton_python
 
@@ -118,6 +119,7 @@ def write_repository(spec: dict) -> None:
         raise SystemExit(f"writing the Triton repository failed: {last}")
 
 
+@entry_point
 def main(argv=None):
     from .checkpoint import load_for_inference
 

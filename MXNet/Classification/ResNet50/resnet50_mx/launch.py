@@ -15,6 +15,8 @@ import subprocess
 import sys
 import time
 
+from zoo.cli import entry_point
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -57,6 +59,7 @@ def launch(
     return code
 
 
+@entry_point
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="train.sh --local-workers N",

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from zoo.cli import parse_args
+from zoo.cli import entry_point, parse_args
 
 from .records import verify_dataset
 
@@ -129,6 +129,7 @@ def convert(
     return counts
 
 
+@entry_point
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="download_data.sh",

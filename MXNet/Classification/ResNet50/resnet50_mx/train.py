@@ -27,7 +27,7 @@ from pathlib import Path
 import mxnet as mx
 from mxnet import autograd, gluon
 from mxnet.contrib import amp as mx_amp
-from zoo.cli import AMP_CHOICES, add_run_args, add_target_arg, parse_args, resolve_resume
+from zoo.cli import AMP_CHOICES, add_run_args, add_target_arg, entry_point, parse_args, resolve_resume
 from zoo.cli import recipe_from_args as recipe_from_cli
 from zoo.io import remove_stale_temps
 
@@ -607,6 +607,7 @@ def recipe_from_args(args) -> dict:
     return recipe
 
 
+@entry_point
 def main(argv=None):
     args = parse_args(build_parser(), argv)
     recipe = recipe_from_args(args)

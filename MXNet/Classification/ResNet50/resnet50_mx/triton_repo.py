@@ -13,6 +13,8 @@ import json
 import os
 from pathlib import Path
 
+from zoo.cli import entry_point
+
 INPUT_NAME, OUTPUT_NAME = "images", "logits"
 
 
@@ -78,6 +80,7 @@ def write_repository(spec: dict) -> list:
     return folders
 
 
+@entry_point
 def main(argv=None):
     p = argparse.ArgumentParser(description="Write the Triton repository described by a JSON spec.")
     p.add_argument("--spec", required=True, help="JSON file written by resnet50_mx.export")

@@ -32,6 +32,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import zoo.cli
 from zoo.bench import format_profile, measure, profile_step, write_report
+from zoo.cli import entry_point
 from zoo.recipe import compile_mode
 from zoo.recipe import flag as recipe_flag
 from zoo.torch import (
@@ -398,6 +399,7 @@ def run_scaling(args, argv: list[str]) -> list[dict]:
     return results
 
 
+@entry_point
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)

@@ -21,6 +21,8 @@ import sys
 
 import torch
 from zoo.checkpoints import CheckpointEntry, CheckpointError, Preprocessing, fetch, load_registry
+from zoo.cli import entry_point
+from zoo.errors import one_line
 
 from resnet50.data import default_preprocessing
 
@@ -79,7 +81,7 @@ def read_checkpoint(path, *, trusted: bool = False) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=not trusted)
     except Exception as e:  # torch raises several types for a damaged or foreign file
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = one_line(e)
         raise CheckpointError(f"cannot read checkpoint {path}: {reason[:200]}") from None
 
 
@@ -129,6 +131,7 @@ def resolve_weights(pretrained: str | None, init_checkpoint: str | None, **pull_
     return pathlib.Path(init_checkpoint) if init_checkpoint else None
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m resnet50.checkpoints",

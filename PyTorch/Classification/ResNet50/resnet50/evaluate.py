@@ -18,6 +18,7 @@ import time
 import torch
 import zoo.cli
 from zoo.checkpoints import CheckpointError
+from zoo.cli import entry_point
 from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 
@@ -91,6 +92,7 @@ def run(args) -> dict:
     }
 
 
+@entry_point
 def main(argv=None) -> None:
     args = parse_args(argv)
     try:

@@ -29,6 +29,7 @@ import tempfile
 import torch
 import zoo.cli
 from zoo.checkpoints import CheckpointError
+from zoo.cli import entry_point
 from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
@@ -169,6 +170,7 @@ def export_repository(
     return written
 
 
+@entry_point
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m resnet50.export", description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", default=None, help="training checkpoint or state_dict file")

@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import zoo.cli
 from zoo.checkpoints import CheckpointError
+from zoo.cli import entry_point
 from zoo.dist import get_dist_env
 from zoo.io import atomic_write
 from zoo.log import MetricsLogger
@@ -428,6 +429,7 @@ def train(args) -> dict:
     return {**metrics, "best_top1": best_top1, "global_step": global_step, "model": model}
 
 
+@entry_point
 def main(argv=None) -> None:
     args = parse_args(argv)
     try:

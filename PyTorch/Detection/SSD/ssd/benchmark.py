@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 import zoo.cli
+from zoo.cli import entry_point
 from zoo.torch import autocast, close_distributed, distributed_model, fast_math, grad_scaler, init_distributed
 
 from ssd.baselines import BASELINES
@@ -272,6 +273,7 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+@entry_point
 def main(argv=None) -> None:
     a = parse_args(argv)
     results = run(a)

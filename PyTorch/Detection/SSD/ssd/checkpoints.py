@@ -10,7 +10,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from zoo.cli import entry_point
+from zoo.errors import one_line
 
+
+@entry_point
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(
         prog="python -m ssd.checkpoints",
@@ -43,7 +47,7 @@ def convert_ngc_file(src, dest) -> None:
         model = SSD300(num_classes=len(COCO_CATEGORY_IDS) + 1)
         model.load_state_dict(converted)
     except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = one_line(e)
         raise SystemExit(f"error: cannot convert {src}: {reason[:200]}") from None
     Path(dest).parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(dest) as tmp:

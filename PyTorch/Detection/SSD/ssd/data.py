@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from zoo.errors import one_line
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -105,7 +106,7 @@ class CocoDetection(Dataset):
             with Image.open(path) as im:
                 image = pil_to_tensor(im.convert("RGB"))
         except (UnidentifiedImageError, OSError) as e:
-            raise SystemExit(f"cannot read image {path}: {str(e).splitlines()[0]}") from None
+            raise SystemExit(f"cannot read image {path}: {one_line(e)}") from None
         h, w = image.shape[-2:]
         objs = self.objects[info["id"]]
         boxes = torch.tensor([o[0] for o in objs], dtype=torch.float32).reshape(-1, 4)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import torch
+from zoo.cli import entry_point
+from zoo.errors import one_line
 
 from ssd.boxes import Detections, default_boxes, postprocess
 from ssd.data import MEAN, STD
@@ -39,7 +41,7 @@ def load_images(paths: list[str], image_size: int = 300):
             with Image.open(p) as im:
                 im = im.convert("RGB")
         except (FileNotFoundError, UnidentifiedImageError, OSError) as e:
-            raise SystemExit(f"cannot read image {p}: {str(e).splitlines()[0]}") from None
+            raise SystemExit(f"cannot read image {p}: {one_line(e)}") from None
         pil.append(im)
         t = F.resize(F.pil_to_tensor(im), [image_size, image_size], antialias=True)
         batch.append(F.normalize(F.to_dtype(t, torch.float32, scale=True), MEAN, STD))
@@ -63,6 +65,7 @@ def draw(image, det: Detections, names: dict[int, str], threshold: float):
     return out
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 import torch
+from zoo.cli import entry_point
+from zoo.errors import one_line
 
 from ssd.boxes import default_boxes, postprocess
 
@@ -100,7 +102,7 @@ def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, list[int]]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to a user
-        raise SystemExit(f"checkpoint {path} cannot be read: {str(e).splitlines()[0]}") from None
+        raise SystemExit(f"checkpoint {path} cannot be read: {one_line(e)}") from None
     if not isinstance(state, dict) or "model" not in state or "category_ids" not in state:
         raise SystemExit(f"checkpoint {path} is not an SSD checkpoint (no 'model'/'category_ids' entries)")
     model = SSD300(num_classes=len(state["category_ids"]) + 1)
@@ -111,6 +113,7 @@ def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, list[int]]:
     return model.to(device), list(state["category_ids"])
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import AMP_CHOICES, parse_args
     from zoo.log import MetricsLogger

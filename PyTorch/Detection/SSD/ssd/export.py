@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from zoo.cli import entry_point
 
 from ssd.boxes import default_boxes
 from ssd.model import SSD300, InferenceSSD, SSDWithPostprocess, build_inference_model
@@ -181,6 +182,7 @@ def write_repository(
     return repo
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import AMP_CHOICES, parse_args
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import torch
 import zoo.cli
+from zoo.cli import entry_point
 from zoo.coco import AsyncScorer, merge_rank_detections
+from zoo.errors import one_line
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
     autocast,
@@ -210,7 +212,7 @@ def load_backbone(model: SSD300, name_or_path: str, registry: str) -> None:
         state = torch.load(path, map_location="cpu", weights_only=True)  # tensors only: files from the web
         n = load_backbone_state(model, state)
     except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = one_line(e)
         raise SystemExit(f"backbone weights {path}: {reason[:200]}") from None
     print(f"backbone: {n} ResNet-50 tensors from {path}", file=sys.stderr)
 
@@ -446,6 +448,7 @@ def train_run(a: argparse.Namespace, r: dict, env, device, state: dict | None, m
     return summary
 
 
+@entry_point
 def main(argv=None) -> None:
     a = parse_args(argv)
     summary = train(a)

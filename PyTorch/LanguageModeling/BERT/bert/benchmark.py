@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from zoo.bench import KERNEL_FAMILIES, format_profile, measure, profile_step, write_report
-from zoo.cli import add_run_args, recipe_from_args
+from zoo.cli import add_run_args, entry_point, recipe_from_args
 from zoo.cli import parse_args as parse_cli_args
 from zoo.torch import autocast, fast_math, parameter_groups
 
@@ -371,6 +371,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parse_cli_args(p, argv)
 
 
+@entry_point
 def main(argv=None) -> None:
     args = parse_args(argv)
     recipe = recipe_from_args(args, FLAG_KEYS)

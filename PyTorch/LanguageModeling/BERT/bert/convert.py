@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from torch import nn
 from zoo.checkpoints import CheckpointError
+from zoo.cli import entry_point
+from zoo.errors import one_line
 
 # ours -> Hugging Face, per layer (suffix after bert.layers.N. / bert.encoder.layer.N.)
 _LAYER_NAMES = {
@@ -202,9 +204,7 @@ def read_state_dict(path: str | Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: {type(e).__name__}: {e}".splitlines()[0]
-        ) from e
+        raise CheckpointError(f"cannot read checkpoint {path}: {type(e).__name__}: {one_line(e)}") from e
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]
     if not isinstance(state, dict):
@@ -260,6 +260,7 @@ def check_fits(model: nn.Module, state: dict, *, strict_heads: bool = False) -> 
     return {"missing": missing, "unexpected": unexpected}
 
 
+@entry_point
 def main(argv=None) -> None:
     import argparse
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from zoo.cli import AMP_CHOICES
+from zoo.cli import AMP_CHOICES, entry_point
 
 from bert.inference import inference_model, load_squad_model
 from bert.model import BertForQuestionAnswering
@@ -145,6 +145,7 @@ def write_repository(
     return written
 
 
+@entry_point
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m bert.export", description=__doc__.splitlines()[0])
     p.add_argument(

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from zoo.checkpoints import CheckpointError
-from zoo.cli import add_run_args, add_target_arg, recipe_from_args
+from zoo.cli import add_run_args, add_target_arg, entry_point, recipe_from_args
 from zoo.cli import parse_args as parse_cli_args
 from zoo.io import atomic_write
 from zoo.log import MetricsLogger
@@ -232,6 +232,7 @@ def predict_and_score(model, recipe, tokenizer, predict_file, device, results: P
     return evaluate_predictions(raw, predictions)
 
 
+@entry_point
 def main(argv=None) -> dict | None:
     """Fine-tune and/or predict; returns the dev scores on the primary rank (None elsewhere or
     without --do-predict)."""

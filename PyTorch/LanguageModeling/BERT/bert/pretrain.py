@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from zoo.checkpoints import CheckpointError
-from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
+from zoo.cli import add_run_args, add_target_arg, entry_point, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_cli_args
 from zoo.io import atomic_write
 from zoo.log import MetricsLogger
@@ -321,6 +321,7 @@ def steps_to_next_eval(step: int, eval_every: int, end: int, eval_batches) -> in
     return min((step // eval_every + 1) * eval_every, end) - step
 
 
+@entry_point
 def main(argv=None) -> None:
     args = parse_args(argv)
     recipe = build_recipe(args)

@@ -12,7 +12,7 @@ import pathlib
 import numpy as np
 import torch
 import torch.nn.functional as F
-from zoo.cli import add_run_args, parse_args, recipe_from_args
+from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
 
 from dlrm.train import DEFAULT_RECIPE
 
@@ -60,6 +60,7 @@ def baseline_step(recipe: dict, rows: list[int], num_dense: int, device, amp: st
     return step
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.bench import measure, write_report
     from zoo.torch import close_distributed, fast_math, init_distributed

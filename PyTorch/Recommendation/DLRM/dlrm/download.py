@@ -19,6 +19,7 @@ import pathlib
 import shutil
 
 import numpy as np
+from zoo.cli import entry_point
 
 from dlrm.data import NUM_CATEGORICAL, NUM_DENSE, hex_id, parse_lines, write_meta, write_shard
 
@@ -184,6 +185,7 @@ def preprocess(
     )
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="scripts/download_data.sh", description=__doc__.split("\n\n")[0])
     import os

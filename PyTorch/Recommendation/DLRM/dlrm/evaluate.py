@@ -9,11 +9,12 @@ import argparse
 import json
 import pathlib
 
-from zoo.cli import add_run_args, parse_args, recipe_from_args
+from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
 
 from dlrm.train import DEFAULT_RECIPE, Run, evaluate_auc
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.io import atomic_write
     from zoo.log import MetricsLogger

@@ -14,7 +14,7 @@ import json
 import pathlib
 
 import torch
-from zoo.cli import add_run_args, parse_args, recipe_from_args
+from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
 
 from dlrm.train import DEFAULT_RECIPE, _last_line
 
@@ -107,6 +107,7 @@ def write_repository(
     return repo
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m dlrm.export", description=__doc__.split("\n\n")[0])
     add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_dir=False, amp=False, resume=False)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from zoo.cli import add_run_args, add_target_arg, parse_args, recipe_from_args, resolve_resume
+from zoo.cli import add_run_args, add_target_arg, entry_point, parse_args, recipe_from_args, resolve_resume
 
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_RECIPE = MODEL_DIR / "configs" / "dlrm_dcnv2_small.yaml"
@@ -295,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv=None) -> None:
     args = parse_args(build_parser(), argv, renamed={"--target-accuracy": "--target-auc"})
     recipe = recipe_from_args(

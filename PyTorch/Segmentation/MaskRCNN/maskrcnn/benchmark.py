@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import torch
-from zoo.cli import AMP_CHOICES
+from zoo.cli import AMP_CHOICES, entry_point
 from zoo.cli import parse_args as parse_cli
 from zoo.torch import autocast, close_distributed, fast_math, grad_scaler, init_distributed
 
@@ -178,6 +178,7 @@ def run(a) -> list[dict]:
     return results if env.rank == 0 else []
 
 
+@entry_point
 def main(argv=None) -> None:
     a = parse_args(argv)
     results = run(a)

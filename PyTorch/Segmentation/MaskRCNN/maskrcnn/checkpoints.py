@@ -11,6 +11,8 @@ import argparse
 from pathlib import Path
 
 import torch
+from zoo.cli import entry_point
+from zoo.errors import one_line
 
 from maskrcnn.model import build_model, load_torchvision_state
 
@@ -28,7 +30,7 @@ def convert_torchvision(source, target, *, variant: str = "v1", recipe=DEFAULT_R
         state = torch.load(source, map_location="cpu", weights_only=True)
         load_torchvision_state(build_model(COCO_CLASSES, variant=variant), state)
     except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
-        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        line = one_line(e)
         raise SystemExit(
             f"error: {source} is not a torchvision Mask R-CNN {variant} state dict: {line[:200]}"
         ) from None
@@ -40,6 +42,7 @@ def convert_torchvision(source, target, *, variant: str = "v1", recipe=DEFAULT_R
     return target
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from zoo.errors import one_line
 
 # Polygon points may sit this many pixels outside the image (COCO's own polygons touch the border).
 POLYGON_SLACK = 2.0
@@ -132,7 +133,7 @@ class CocoInstances(torch.utils.data.Dataset):
             with Image.open(path) as im:
                 image = F.to_dtype(F.pil_to_tensor(im.convert("RGB")), torch.float32, scale=True)
         except (FileNotFoundError, UnidentifiedImageError, OSError) as e:
-            raise SystemExit(f"error: cannot read image {path}: {str(e).splitlines()[0]}") from None
+            raise SystemExit(f"error: cannot read image {path}: {one_line(e)}") from None
         h, w = image.shape[1:]
         anns = self.annotations[info["id"]]
         boxes = torch.tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)

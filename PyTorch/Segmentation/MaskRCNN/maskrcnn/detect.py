@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from zoo.cli import entry_point
+from zoo.errors import one_line
 
 PALETTE = [
     (230, 25, 75),
@@ -36,7 +38,7 @@ def load_image(path):
         with Image.open(path) as im:
             im = im.convert("RGB")
     except (FileNotFoundError, UnidentifiedImageError, OSError) as e:
-        raise SystemExit(f"error: cannot read image {path}: {str(e).splitlines()[0]}") from None
+        raise SystemExit(f"error: cannot read image {path}: {one_line(e)}") from None
     return im, F.to_dtype(F.pil_to_tensor(im), torch.float32, scale=True)
 
 
@@ -64,6 +66,7 @@ def draw(image, output: dict, names: dict, threshold: float, mask_threshold: flo
     return out
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import os
 
+from zoo.cli import entry_point
 from zoo.coco import BASE_URL, prepare_coco
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from zoo.cli import entry_point
+from zoo.errors import one_line
 from zoo.torch import autocast
 
 STAT_NAMES = ("mAP", "AP50", "AP75", "AP_small", "AP_medium", "AP_large")
@@ -111,19 +113,18 @@ def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, dict]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to a user
-        raise SystemExit(f"error: checkpoint {path} cannot be read: {str(e).splitlines()[0]}") from None
+        raise SystemExit(f"error: checkpoint {path} cannot be read: {one_line(e)}") from None
     if not isinstance(state, dict) or not {"model", "recipe", "num_classes"} <= set(state):
         raise SystemExit(f"error: checkpoint {path} is not a Mask R-CNN checkpoint of maskrcnn.train")
     model = model_from_recipe(state["recipe"], state["num_classes"])
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise SystemExit(
-            f"error: checkpoint {path} does not fit its recipe's model: {str(e).splitlines()[0]}"
-        ) from None
+        raise SystemExit(f"error: checkpoint {path} does not fit its recipe's model: {one_line(e)}") from None
     return model.to(device).eval(), state
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import AMP_CHOICES, parse_args
     from zoo.log import MetricsLogger

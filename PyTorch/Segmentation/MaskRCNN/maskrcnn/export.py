@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from zoo.cli import entry_point
 
 OUTPUTS = ("boxes", "labels", "scores", "masks")
 OPSET = 17
@@ -110,6 +111,7 @@ def write_repository(model: nn.Module, repository, *, instance_kind: str = "KIND
     return repo
 
 
+@entry_point
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 

@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+from zoo.cli import entry_point
 
 CLASSES = ("square", "disc", "triangle")
 COLOURS = {"square": (220, 40, 40), "disc": (40, 200, 60), "triangle": (50, 80, 230)}
@@ -90,6 +91,7 @@ def make_shapes_coco(
     return image_dir, ann
 
 
+@entry_point
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="output folder (train2017/, val2017/, annotations/)")

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import torch
 import zoo.cli
+from zoo.cli import entry_point
 from zoo.coco import AsyncScorer, merge_rank_detections
+from zoo.errors import one_line
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
     autocast,
@@ -153,7 +155,7 @@ def read_backbone(name_or_path: str, registry: str, r: dict) -> dict:
             raise ValueError(f"holds a {type(state).__name__}, not a state dict")
         load_backbone_state(model_from_recipe(r, 2), state)
     except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = one_line(e)
         raise SystemExit(f"error: backbone weights {path}: {reason[:200]}") from None
     print(f"backbone: ResNet-50 tensors from {path}", file=sys.stderr)
     return state
@@ -164,7 +166,7 @@ def read_resume_state(path: Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to a user
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = one_line(e)
         raise SystemExit(f"error: --resume {path} cannot be read as a checkpoint: {reason[:200]}") from None
     needed = {"model", "optimizer", "scheduler", "scaler", "epoch", "rng", "num_classes"}
     if not isinstance(state, dict) or not needed <= set(state):
@@ -443,6 +445,7 @@ def train_run(
     return summary
 
 
+@entry_point
 def main(argv=None) -> None:
     a = parse_args(argv)
     summary = train(a)

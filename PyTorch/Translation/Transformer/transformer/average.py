@@ -12,6 +12,7 @@ import argparse
 import pathlib
 
 import torch
+from zoo.cli import entry_point
 
 
 def average(paths: list) -> dict:
@@ -36,6 +37,7 @@ def average(paths: list) -> dict:
     return {"kind": "transformer", "model": mean, "vocab_size": vocab_size, **settings}
 
 
+@entry_point
 def main(argv=None) -> pathlib.Path:
     from zoo.io import atomic_write
 

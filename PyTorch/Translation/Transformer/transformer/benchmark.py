@@ -20,6 +20,7 @@ import pathlib
 import time
 
 import torch
+from zoo.cli import entry_point
 
 from transformer.model import BOS, EOS, PAD, build_model
 
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv=None) -> dict:
     from zoo.bench import measure, write_report
     from zoo.cli import parse_args, recipe_from_args

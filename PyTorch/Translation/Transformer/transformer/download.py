@@ -20,6 +20,8 @@ import re
 import tarfile
 import urllib.parse
 
+from zoo.cli import entry_point
+
 from transformer.data import make_numbers, prepare
 
 # (url, md5 or None where none is published, {member path in the archive: local name}).
@@ -121,6 +123,7 @@ def concatenate(raw: pathlib.Path, lang: str) -> pathlib.Path:
     return out
 
 
+@entry_point
 def main(argv=None) -> pathlib.Path:
     import os
 

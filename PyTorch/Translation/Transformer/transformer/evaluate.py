@@ -15,6 +15,7 @@ import os
 import pathlib
 
 import torch
+from zoo.cli import entry_point
 
 from transformer.data import load_tokenizer, read_parallel
 from transformer.model import build_model
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv=None) -> dict:
     from zoo.cli import parse_args
     from zoo.io import atomic_write

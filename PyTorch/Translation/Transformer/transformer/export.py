@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from zoo.cli import entry_point
 
 from transformer.model import Transformer
 
@@ -148,6 +149,7 @@ def write_repository(
     return repo
 
 
+@entry_point
 def main(argv=None) -> None:
     from transformer.evaluate import load_model, tokenizer_for
 

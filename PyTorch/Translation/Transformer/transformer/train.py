@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 import zoo.recipe
 from torch import nn
+from zoo.cli import entry_point
 
 from transformer.data import Pairs, collate, load_tokenizer, make_numbers, token_batches
 from transformer.model import PAD, build_model
@@ -246,6 +247,7 @@ def mlperf_log_path(results: pathlib.Path, resumed: bool) -> pathlib.Path:
     return results / f"mlperf_resume{n}.log"
 
 
+@entry_point
 def main(argv=None) -> dict:
     from zoo.cli import parse_args, recipe_from_args, resolve_resume
     from zoo.io import atomic_write

@@ -15,7 +15,7 @@ import argparse
 import os
 import platform
 
-from zoo.cli import add_run_args
+from zoo.cli import add_run_args, entry_point
 from zoo.cli import parse_args as parse_shared_args
 
 from resnet50_tf.train import DEFAULT_RECIPE
@@ -48,6 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+@entry_point
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from zoo.errors import one_line
+
 REGISTRY = Path(__file__).resolve().parents[1] / "checkpoints.yaml"
 
 
@@ -76,7 +78,7 @@ def check_checkpoint(path, num_classes: int) -> None:
     try:
         shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as e:
-        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        reason = one_line(e, limit=160)
         raise SystemExit(f"error: {prefix} is not a TensorFlow checkpoint ({reason})") from None
     # the classifier's kernel is the one 2-D variable with 2048 inputs (the pooled features)
     classes = sorted({shape[1] for shape in shapes.values() if len(shape) == 2 and shape[0] == 2048})
@@ -108,7 +110,7 @@ def restore_weights(model, path) -> None:
         status.expect_partial().assert_existing_objects_matched()
     except (ValueError, AssertionError, tf.errors.OpError) as e:
         raise SystemExit(
-            f"checkpoint {prefix} does not fit ResNet-50 with {want} classes: {str(e).splitlines()[0][:300]}"
+            f"checkpoint {prefix} does not fit ResNet-50 with {want} classes: {one_line(e)}"
         ) from None
 
 

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from zoo.cli import parse_args
+from zoo.cli import entry_point, parse_args
 
 from resnet50_tf.tfrecords import verify_dataset
 
@@ -147,6 +147,7 @@ def convert(src: Path, out: Path, train_shards: int, val_shards: int, workers: i
     return info
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="convert_tfrecords.sh",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from zoo.cli import entry_point
+from zoo.errors import one_line
 
 
 def load_images(paths: list[str], image_size: int) -> np.ndarray:
@@ -125,7 +126,7 @@ def main(argv=None) -> dict:
         model_config = parse_pbtxt(config.read_text())
         image_size = int(model_config.input[0].dims[-1])
     except (ValueError, IndexError) as e:
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else "it declares no input dims"
+        reason = one_line(e, limit=200) if str(e).strip() else "it declares no input dims"
         raise SystemExit(f"error: {config} is not a valid model configuration: {reason}") from None
     labels = None
     if args.synthetic:

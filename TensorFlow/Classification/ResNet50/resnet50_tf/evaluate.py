@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from zoo.cli import AMP_CHOICES
+from zoo.cli import AMP_CHOICES, entry_point
 from zoo.cli import parse_args as parse_shared_args
 
 # Model-specific old spellings (zoo.cli knows the shared ones)
@@ -53,6 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+@entry_point
 def main(argv=None) -> dict:
     args = parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -23,6 +23,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from zoo.cli import entry_point
+
 INPUT, OUTPUT = "images", "logits"
 ONNX_OPSET = 17
 
@@ -144,6 +146,7 @@ def write_repository(
     return written
 
 
+@entry_point
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(
         prog="export_triton.sh",

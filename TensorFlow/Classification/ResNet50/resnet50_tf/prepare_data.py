@@ -19,9 +19,10 @@ import argparse
 import os
 from pathlib import Path
 
-from zoo.cli import parse_args
+from zoo.cli import entry_point, parse_args
 
 
+@entry_point
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(
         prog="download_data.sh",

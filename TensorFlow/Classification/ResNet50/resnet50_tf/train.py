@@ -21,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
+from zoo.cli import add_run_args, add_target_arg, entry_point, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_shared_args
+from zoo.errors import one_line
 from zoo.io import atomic_write, remove_stale_temps
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
@@ -307,6 +308,7 @@ def mlperf_hyperparameters(recipe: dict, global_batch: int, replica_batch: int) 
     }
 
 
+@entry_point
 def main(argv=None) -> dict:
     args = parse_args(argv)
     recipe = recipe_from_args(args, FLAG_TO_RECIPE)
@@ -397,7 +399,7 @@ def main(argv=None) -> dict:
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise SystemExit(
                 f"error: cannot resume from {resume_from} (another model, --amp or optimizer?): "
-                f"{str(e).splitlines()[0][:200]}; use --resume none or another --results-dir"
+                f"{one_line(e, limit=200)}; use --resume none or another --results-dir"
             ) from None
     elif args.init_checkpoint:
         restore_weights(model, args.init_checkpoint)

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from zoo.cli import add_run_args, recipe_from_args
+from zoo.cli import add_run_args, entry_point, recipe_from_args
 from zoo.cli import parse_args as parse_shared_args
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
@@ -94,6 +94,7 @@ def keras_hub_step(recipe: dict, vocab_size: int, xla: bool):
     return step, model.count_params()
 
 
+@entry_point
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     recipe = recipe_from_args(args, FLAG_KEYS)

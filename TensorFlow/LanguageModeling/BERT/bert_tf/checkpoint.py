@@ -24,6 +24,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from zoo.errors import one_line
 
 _SKIP = re.compile(r"(adam_m|adam_v|global_step|bad_steps|good_steps|loss_scale|_power|Momentum|LAMB)")
 # heads that one task's model has and another's lacks (pretraining -> SQuAD and back)
@@ -250,7 +251,7 @@ def read_weights(path) -> dict[str, np.ndarray]:
         try:
             reader = tf.train.load_checkpoint(str(prefix))
         except (tf.errors.OpError, ValueError) as e:
-            raise SystemExit(f"error: cannot read checkpoint {prefix}: {str(e).splitlines()[0]}") from None
+            raise SystemExit(f"error: cannot read checkpoint {prefix}: {one_line(e)}") from None
         state = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
         if not any(name.startswith("bert/") for name in state):
             raise SystemExit(
@@ -331,9 +332,7 @@ def restore_run(model, prefix: str) -> None:
         status = tf.train.Checkpoint(weights=named_weights(model)).restore(prefix)
         status.expect_partial().assert_existing_objects_matched()
     except (ValueError, AssertionError, tf.errors.OpError) as e:
-        raise SystemExit(
-            f"error: checkpoint {prefix} does not fit the model: {str(e).splitlines()[0][:300]}"
-        ) from None
+        raise SystemExit(f"error: checkpoint {prefix} does not fit the model: {one_line(e)}") from None
 
 
 def load_weights(model, source, *, strict_heads: bool = False) -> dict:

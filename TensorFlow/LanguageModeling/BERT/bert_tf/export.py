@@ -22,6 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from zoo.cli import entry_point
+
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 OUTPUT_NAMES = ("start_logits", "end_logits")
 ONNX_OPSET = 17
@@ -161,6 +163,7 @@ def load_squad_model(checkpoint, vocab_size: int, model_name: str = "bert-large"
     return model
 
 
+@entry_point
 def main(argv=None) -> list[Path]:
     p = argparse.ArgumentParser(
         prog="export_triton.sh",

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from zoo.cli import add_run_args, add_target_arg, recipe_from_args
+from zoo.cli import add_run_args, add_target_arg, entry_point, recipe_from_args
 from zoo.cli import parse_args as parse_shared_args
 from zoo.squad import DEV_FILE, TRAIN_FILE, check_target_f1, complete_squad_args
 
@@ -228,6 +228,7 @@ def build_optimizer(recipe: dict, total_steps: int):
     return optimizer
 
 
+@entry_point
 def main(argv=None) -> dict | None:
     """Fine-tune and/or predict; returns the dev scores (None without --do-predict)."""
     args = parse_args(argv)

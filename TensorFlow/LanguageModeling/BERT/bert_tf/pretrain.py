@@ -27,8 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from zoo.cli import add_run_args, add_target_arg, recipe_from_args, resolve_resume
+from zoo.cli import add_run_args, add_target_arg, entry_point, recipe_from_args, resolve_resume
 from zoo.cli import parse_args as parse_shared_args
+from zoo.errors import one_line
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 DEFAULT_RECIPE = MODEL_DIR / "configs" / "pretrain_phase1_1gpu.yaml"
@@ -277,6 +278,7 @@ def settings_from(recipe: dict) -> dict:
     return recipe
 
 
+@entry_point
 def main(argv=None) -> dict:
     args = parse_args(argv)
     recipe = settings_from(recipe_from_args(args, FLAG_KEYS))
@@ -371,7 +373,7 @@ def main(argv=None) -> dict:
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise SystemExit(
                 f"error: cannot resume from {resume_from} (another model, --amp or optimizer?): "
-                f"{str(e).splitlines()[0][:200]}; use --resume none or another --results-dir"
+                f"{one_line(e, limit=200)}; use --resume none or another --results-dir"
             ) from None
     elif init_weights is not None:
         load_google(model, init_weights)

@@ -18,6 +18,7 @@ import os
 import sys
 import time
 
+from zoo.cli import entry_point
 from zoo.manifest import DataManifest
 
 from resnet50.data.folder import DataError, check_layout, list_samples, one_line
@@ -86,6 +87,7 @@ def verify(data_dir, splits=("train", "val"), *, workers: int = DEFAULT_WORKERS)
     return manifest
 
 
+@entry_point
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m resnet50.data.verify", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
