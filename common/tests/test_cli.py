@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 from zoo.cli import add_run_args, add_target_arg, parse_args, recipe_from_args, resolve_resume
+from zoo.errors import UserError
 
 
 def _parser(tmp_path):
@@ -41,9 +42,9 @@ def test_flags_override_the_recipe_and_set_items(tmp_path):
     ],
 )
 def test_old_spellings_name_the_new_one(tmp_path, argv, new):
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         parse_args(_parser(tmp_path), argv)
-    assert str(e.value).startswith("error: ") and str(e.value).endswith(f"use {new}")
+    assert str(e.value).endswith(f"use {new}")
 
 
 def test_resume_default_refuses_to_overwrite_a_checkpoint(tmp_path):
@@ -51,12 +52,12 @@ def test_resume_default_refuses_to_overwrite_a_checkpoint(tmp_path):
     assert resolve_resume(None, checkpoint) is None
     assert resolve_resume("auto", checkpoint) is None
     checkpoint.write_bytes(b"x")
-    with pytest.raises(SystemExit, match="--resume auto"):
+    with pytest.raises(UserError, match="--resume auto"):
         resolve_resume(None, checkpoint)
     assert resolve_resume("auto", checkpoint) == checkpoint
     assert resolve_resume("none", checkpoint) is None
     assert resolve_resume(str(checkpoint), tmp_path / "other.pt") == checkpoint
-    with pytest.raises(SystemExit, match="no such checkpoint"):
+    with pytest.raises(UserError, match="no such checkpoint"):
         resolve_resume(str(tmp_path / "missing.pt"), checkpoint)
 
 
@@ -94,7 +95,7 @@ def test_autocast_and_scaler_follow_amp():
     with autocast("cpu", "fp32"):
         assert torch.nn.functional.linear(x, torch.randn(4, 3)).dtype == torch.float32
     assert not grad_scaler("cpu", "bf16").is_enabled()
-    with pytest.raises(SystemExit, match="amp must be one of"):
+    with pytest.raises(UserError, match="amp must be one of"):
         autocast("cpu", "none")
 
 

@@ -27,18 +27,22 @@ def test_log_writes_phase_tagged_scalars(tmp_path):
     path = tmp_path / "results" / "metrics.jsonl"
     with MetricsLogger(str(path), stream=io.StringIO()) as log:
         for step in (10, 20, 30):
-            log.log(step, {"loss": np.float32(3.0 / step), "images_per_s": 100 * step})
-        log.log(30, {"top1": 12.5, "top5": 40.0}, units={"top1": "%", "top5": "%"}, phase="val")
+            log.log(
+                step,
+                {"loss": np.float32(3.0 / step), "throughput": 100 * step},
+                units={"throughput": "img/s"},
+            )
+        log.log(30, {"top1": 12.5, "top5": 40.0}, phase="eval")
     logdir = tmp_path / "results" / "tensorboard"
     assert len(list(logdir.glob("events.out.tfevents.*"))) == 1
     scalars = _scalars(logdir)
-    assert sorted(scalars) == ["train/images_per_s", "train/loss", "val/top1", "val/top5"]
+    assert sorted(scalars) == ["eval/top1", "eval/top5", "train/loss", "train/throughput"]
     assert [step for step, _ in scalars["train/loss"]] == [10, 20, 30]
     assert [value for _, value in scalars["train/loss"]] == pytest.approx([0.3, 0.15, 0.1])
-    assert scalars["train/images_per_s"] == [(10, 1000.0), (20, 2000.0), (30, 3000.0)]
-    assert scalars["val/top1"] == [(30, 12.5)] and scalars["val/top5"] == [(30, 40.0)]
+    assert scalars["train/throughput"] == [(10, 1000.0), (20, 2000.0), (30, 3000.0)]
+    assert scalars["eval/top1"] == [(30, 12.5)] and scalars["eval/top5"] == [(30, 40.0)]
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [line["phase"] for line in lines] == ["train", "train", "train", "val"]
+    assert [line["phase"] for line in lines] == ["train", "train", "train", "eval"]
 
 
 def test_scalars_are_on_disk_before_close(tmp_path):

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from zoo.errors import UserError
 from zoo.mlperf import (
     CLOSED_TARGETS,
     RULESETS,
@@ -236,18 +237,18 @@ def test_disabled_logger_writes_nothing(tmp_path, capsys):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"benchmark": "gnmt"}, "error: MLPerf benchmark 'gnmt' is not one of resnet, bert"),
+        ({"benchmark": "gnmt"}, "MLPerf benchmark 'gnmt' is not one of resnet, bert"),
         (
             {"benchmark": "resnet", "division": "closd"},
-            "error: MLPerf division 'closd' is not one of open, closed",
+            "MLPerf division 'closd' is not one of open, closed",
         ),
-        ({"benchmark": "resnet", "status": "home"}, "error: MLPerf submission status 'home'"),
+        ({"benchmark": "resnet", "status": "home"}, "MLPerf submission status 'home'"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(tmp_path, kwargs, message):
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(UserError, match=message):
         MLPerfLogger(tmp_path / "mlperf.log", **kwargs)
-    with MLPerfLogger(tmp_path / "ok.log", "resnet", stdout=False) as mlperf, pytest.raises(SystemExit):
+    with MLPerfLogger(tmp_path / "ok.log", "resnet", stdout=False) as mlperf, pytest.raises(UserError):
         mlperf.run_stop("done")
 
 
@@ -255,7 +256,7 @@ def test_without_the_package_one_line_errors(tmp_path, monkeypatch):
     _emit_run(tmp_path / "mlperf.log", "resnet", accuracies=[0.1])
     for module in ("mlperf_logging", "mlperf_logging.mllog", "mlperf_logging.mllog.mllog"):
         monkeypatch.setitem(sys.modules, module, None)  # importing it now raises ImportError
-    with pytest.raises(SystemExit, match="^error: zoo.mlperf needs mlperf-logging==4.1.68"):
+    with pytest.raises(UserError, match="^zoo.mlperf needs mlperf-logging==4.1.68"):
         MLPerfLogger(tmp_path / "other.log", "resnet")
     with pytest.raises(MLPerfComplianceError, match="the compliance checker needs mlperf-logging"):
         check_log(tmp_path / "mlperf.log")

@@ -26,27 +26,24 @@ def _write_run(results):
     for step in range(1, 41):
         metrics = {"loss": 4.0 / step, "lr": 0.1}
         if step % 10 == 0:
-            metrics["images_per_s"] = 900.0 + step
+            metrics["throughput"] = 900.0 + step
+        units = {"throughput": "img/s"} if "throughput" in metrics else {}
         lines.append(
-            {"time": start + 6 * step, "step": step, "phase": "train", "metrics": metrics, "units": {}}
+            {"time": start + 6 * step, "step": step, "phase": "train", "metrics": metrics, "units": units}
         )
         if step % 20 == 0:
             lines.append(
                 {
                     "time": start + 6 * step + 1,
                     "step": step,
-                    "phase": "val",
-                    "metrics": {"top1": 30.0 + step, "top5": 60.0 + step / 2, "loss": 3.0 / step},
-                    "units": {"top1": "%", "top5": "%"},
-                }
-            )
-            lines.append(
-                {
-                    "time": start + 6 * step + 2,
-                    "step": step,
-                    "phase": "epoch",
-                    "metrics": {"images_per_s": 950.0, "epoch": step // 20},
-                    "units": {"images_per_s": " img/s"},
+                    "phase": "eval",
+                    "metrics": {
+                        "top1": 30.0 + step,
+                        "top5": 60.0 + step / 2,
+                        "loss": 3.0 / step,
+                        "epoch": step // 20,
+                    },
+                    "units": {"top1": "%", "top5": "%", "loss": "", "epoch": ""},
                 }
             )
     lines.insert(0, {"time": start, "key": "run_start", "value": None, "metadata": {}})
@@ -58,16 +55,17 @@ def _write_run(results):
 def test_series_sort_metrics_into_panels(tmp_path):
     _write_run(tmp_path)
     records, unreadable = read_records(tmp_path / "metrics.jsonl")
-    assert unreadable == 1 and len(records) == 44
+    assert unreadable == 1 and len(records) == 42
     panels = collect_series(records)
     assert list(panels) == ["loss", "quality", "throughput"]
-    assert sorted(panels["loss"]) == ["train/loss", "val/loss"]
-    assert sorted(panels["quality"]) == ["val/top1", "val/top5"]
-    assert sorted(panels["throughput"]) == ["epoch/images_per_s", "train/images_per_s"]
-    top1 = panels["quality"]["val/top1"]
+    assert sorted(panels["loss"]) == ["eval/loss", "train/loss"]
+    assert sorted(panels["quality"]) == ["eval/top1", "eval/top5"]  # the epoch counter is no curve
+    assert sorted(panels["throughput"]) == ["train/throughput"]
+    top1 = panels["quality"]["eval/top1"]
     assert top1.steps == [20, 40] and top1.values == [50.0, 70.0] and top1.unit == "%"
     assert top1.times == [1_700_000_121.0, 1_700_000_241.0]
-    assert panels["throughput"]["train/images_per_s"].values == [910.0, 920.0, 930.0, 940.0]
+    assert panels["throughput"]["train/throughput"].values == [910.0, 920.0, 930.0, 940.0]
+    assert panels["throughput"]["train/throughput"].unit == "img/s"
     assert panels["loss"]["train/loss"].values[:2] == [4.0, 2.0]
 
 

@@ -3,6 +3,7 @@ import json
 
 import pytest
 from zoo.dist import first_slurm_host, get_dist_env, is_primary
+from zoo.errors import UserError
 from zoo.log import MetricsLogger
 from zoo.recipe import compile_mode, flag, load_recipe, parse_overrides
 
@@ -23,11 +24,11 @@ def test_recipe_base_and_overrides(recipes):
 
 
 def test_recipe_unknown_key_and_missing_file(recipes):
-    with pytest.raises(SystemExit, match="unknown recipe key 'optimizer.lrr'.*lr, momentum, name"):
+    with pytest.raises(UserError, match="unknown recipe key 'optimizer.lrr'.*lr, momentum, name"):
         load_recipe(recipes / "short.yaml", {"optimizer.lrr": 1})
-    with pytest.raises(SystemExit, match="recipe not found"):
+    with pytest.raises(UserError, match="recipe not found"):
         load_recipe(recipes / "nope.yaml")
-    with pytest.raises(SystemExit, match="not key=value"):
+    with pytest.raises(UserError, match="not key=value"):
         parse_overrides(["epochs"])
 
 
@@ -74,17 +75,30 @@ def test_log_json_lines_and_console(tmp_path):
     with MetricsLogger(str(path), total_steps=4, desc="epoch 1", stream=stream) as log:
         for step in range(1, 5):
             log.progress(step, items=32, metrics={"loss": 2.0 / step})
-        log.log(4, {"loss": 0.5, "top1": 12.5}, units={"top1": "%"}, phase="val")
+        log.log(4, {"loss": 0.5, "top1": 12.5}, phase="eval")
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(records) == 1
     metrics = records[0]
-    assert metrics["step"] == 4 and metrics["phase"] == "val"
-    assert metrics["metrics"] == {"loss": 0.5, "top1": 12.5} and metrics["units"] == {"top1": "%"}
+    assert metrics["step"] == 4 and metrics["phase"] == "eval"
+    assert metrics["metrics"] == {"loss": 0.5, "top1": 12.5} and metrics["units"] == {"loss": "", "top1": "%"}
 
     out = stream.getvalue()
-    assert "[val] step 4  loss 0.5  top1 12.5%" in out
+    assert "[eval] step 4  loss 0.5  top1 12.5%" in out
     assert "epoch 1  [####################] 4/4" in out and "items/s" in out and "ETA 0:00:00" in out
     assert ":::MLLOG" not in out
+
+
+def test_log_refuses_phases_and_names_off_the_vocabulary(tmp_path):
+    with MetricsLogger(str(tmp_path / "m.jsonl"), stream=io.StringIO()) as log:
+        with pytest.raises(ValueError, match="phase 'val' is not one of train, eval"):
+            log.log(1, {"top1": 1.0}, phase="val")
+        with pytest.raises(ValueError, match="'images_per_s' is not in zoo.metrics.VOCABULARY"):
+            log.log(1, {"images_per_s": 1.0})
+        with pytest.raises(ValueError, match="is in '%'.* not 'fraction'"):
+            log.log(1, {"top1": 0.5}, units={"top1": "fraction"}, phase="eval")
+        log.log(2, {"throughput": 3.0, "loss_box": 0.1}, units={"throughput": "img/s"})
+    record = json.loads((tmp_path / "m.jsonl").read_text())
+    assert record["units"] == {"throughput": "img/s", "loss_box": ""}
 
 
 def test_log_disabled_is_a_no_op(tmp_path):
@@ -99,29 +113,29 @@ def test_recipe_keys_are_checked_against_the_shipped_recipes(recipes, tmp_path):
     user = tmp_path / "user"
     user.mkdir()
     (user / "mine.yaml").write_text("base: ../short.yaml\nepoch: 3\noptimizer:\n  lr: 0.2\n")
-    with pytest.raises(SystemExit, match=r"unknown recipe key 'epoch' .*did you mean 'epochs'"):
+    with pytest.raises(UserError, match=r"unknown recipe key 'epoch' .*did you mean 'epochs'"):
         load_recipe(user / "mine.yaml", known_keys_from=recipes)
     (user / "mine.yaml").write_text("base: ../short.yaml\noptimizer:\n  lr_per_265: 3\n")
-    with pytest.raises(SystemExit, match=r"'optimizer.lr_per_265'"):
+    with pytest.raises(UserError, match=r"'optimizer.lr_per_265'"):
         load_recipe(user / "mine.yaml", known_keys_from=[recipes / "base.yaml"])
     (user / "mine.yaml").write_text("base: ../short.yaml\nepochs: 3\n")
     assert load_recipe(user / "mine.yaml", known_keys_from=recipes)["epochs"] == 3
-    with pytest.raises(SystemExit, match="did you mean 'epochs'"):
+    with pytest.raises(UserError, match="did you mean 'epochs'"):
         load_recipe(recipes / "short.yaml", {"epoch": 1})
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "1.5", "true", "abc"])
 def test_counts_must_be_positive_integers(recipes, value):
-    with pytest.raises(SystemExit, match=r"error: epochs must be a positive integer"):
+    with pytest.raises(UserError, match=r"epochs must be a positive integer"):
         load_recipe(recipes / "short.yaml", {"epochs": value})
 
 
 def test_count_lists_and_non_negative_values(tmp_path):
     (tmp_path / "r.yaml").write_text("eval:\n  epochs: [1, 5]\nworkers: 0\nwarmup_epochs: 0.5\n")
     assert load_recipe(tmp_path / "r.yaml")["eval"]["epochs"] == [1, 5]
-    with pytest.raises(SystemExit, match="eval.epochs must be a positive integer"):
+    with pytest.raises(UserError, match="eval.epochs must be a positive integer"):
         load_recipe(tmp_path / "r.yaml", {"eval.epochs": "[1, 0]"})
-    with pytest.raises(SystemExit, match="workers must be a number >= 0"):
+    with pytest.raises(UserError, match="workers must be a number >= 0"):
         load_recipe(tmp_path / "r.yaml", {"workers": "-1"})
 
 
@@ -134,10 +148,10 @@ def test_flag_reads_yaml_and_override_booleans(value, expected):
 
 
 def test_flag_and_compile_mode_name_the_key_of_a_bad_value():
-    with pytest.raises(SystemExit, match="error: optimizer.fused must be true or false, not 'maybe'"):
+    with pytest.raises(UserError, match="optimizer.fused must be true or false, not 'maybe'"):
         flag("maybe", "optimizer.fused")
     with pytest.raises(
-        SystemExit, match="error: compile must be false or one of default, max-autotune-no-cudagraphs, "
+        UserError, match="compile must be false or one of default, max-autotune-no-cudagraphs, "
     ):
         compile_mode("fast", key="compile", modes=("default", "max-autotune-no-cudagraphs"))
 

@@ -97,11 +97,11 @@ def reject_renamed(argv, renamed: dict | None = None) -> None:
     for i, item in enumerate(argv):
         flag, _, value = item.partition("=")
         if flag in table:
-            raise SystemExit(f"error: {flag} was renamed: use {table[flag]}")
+            raise UserError(f"{flag} was renamed: use {table[flag]}")
         if flag == "--amp" and not value and i + 1 < len(argv):
             value = argv[i + 1]
         if flag == "--amp" and value == "none":
-            raise SystemExit("error: --amp none was renamed: use --amp fp32")
+            raise UserError("--amp none was renamed: use --amp fp32")
 
 
 def parse_args(parser: argparse.ArgumentParser, argv=None, *, renamed: dict | None = None):
@@ -167,8 +167,8 @@ def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathli
         print(f"removed {stale}, left by a run killed while writing it", file=sys.stderr)
     if resume is None:
         if checkpoint.exists():
-            raise SystemExit(
-                f"error: {checkpoint} exists: pass --resume auto to continue it, --resume none to start "
+            raise UserError(
+                f"{checkpoint} exists: pass --resume auto to continue it, --resume none to start "
                 "over (it will be overwritten), or another --results-dir"
             )
         return None
@@ -178,7 +178,7 @@ def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathli
         return checkpoint if checkpoint.exists() else None
     path = pathlib.Path(resume)
     if not path.exists():
-        raise SystemExit(f"error: --resume {resume}: no such checkpoint")
+        raise UserError(f"--resume {resume}: no such checkpoint")
     return path
 
 

@@ -5,14 +5,17 @@
         for step, (x, y) in enumerate(loader, 1):
             ...
             logger.progress(step, items=len(x), metrics={"loss": loss.item()})
-        logger.log(step, {"top1": 76.1}, units={"top1": "%"}, phase="val")
+        logger.log(step, {"top1": 76.1, "loss": 0.97}, phase="eval")
 
 Every JSON line is an object with ``time`` (Unix seconds), ``step``, ``phase``, ``metrics``, ``units``.
+Phases and metric names are the vocabulary's (``zoo.metrics``): ``train`` or ``eval``, and a listed name,
+whose unit the logger fills in (``throughput`` takes its unit from ``units``); anything else is a
+ValueError, so every model's metrics.jsonl speaks the same language.
 MLPerf events are not this logger's: ``zoo.mlperf.MLPerfLogger`` writes them through
 ``mlperf_logging.mllog``.
 
 TensorBoard: every ``log()`` also writes each metric as a scalar tagged ``<phase>/<name>`` (e.g.
-``train/loss``, ``val/top1``) at ``step`` into ``tensorboard/`` beside the metrics file
+``train/loss``, ``eval/top1``) at ``step`` into ``tensorboard/`` beside the metrics file
 (``results/tensorboard/events.out.tfevents.*``), the same for PyTorch, TensorFlow and MXNet runs:
 ``tensorboard --logdir results/tensorboard``. It uses the ``tensorboard`` package's event-file writer
 (as ``torch.utils.tensorboard`` does); where that package is missing, one notice is printed and no
@@ -25,6 +28,8 @@ import json
 import os
 import sys
 import time
+
+from zoo.metrics import check_phase, units_for
 
 _TENSORBOARD_DIR = "tensorboard"
 _tensorboard_notice_printed = False  # the missing-package notice is printed once per process
@@ -67,16 +72,18 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict, *, units: dict | None = None, phase: str = "train") -> None:
         """Append {"time","step","phase","metrics","units"} as one JSON line; print one readable line;
-        write each metric as the TensorBoard scalar ``<phase>/<name>`` at ``step``."""
+        write each metric as the TensorBoard scalar ``<phase>/<name>`` at ``step``. ``phase`` and the
+        names must be zoo.metrics' (ValueError otherwise); ``units`` is needed only for ``throughput``."""
+        check_phase(phase)
+        units = units_for(metrics, units)  # checked on every rank: a wrong name fails in any process
         if not self.enabled:
             return
         metrics = {k: _number(v) for k, v in metrics.items()}
-        units = dict(units or {})
         now = time.time()
         self._write_json({"time": now, "step": step, "phase": phase, "metrics": metrics, "units": units})
         self._write_scalars(now, step, phase, metrics)
         of = f"/{self.total_steps}" if self.total_steps and phase == "train" else ""
-        values = "  ".join(f"{k} {_fmt(v)}{units.get(k, '')}" for k, v in metrics.items())
+        values = "  ".join(f"{k} {_fmt(v)}{_unit_suffix(units[k])}" for k, v in metrics.items())
         self._print_line(f"[{phase}] step {step}{of}  {values}")
 
     def progress(self, step: int, items: int, metrics: dict | None = None) -> None:
@@ -212,6 +219,13 @@ def _jsonable(value):
     if hasattr(value, "tolist"):
         return value.tolist()
     return str(value)
+
+
+def _unit_suffix(unit: str) -> str:
+    """How a unit follows its value on the console: "76.1%", "2,350 img/s", "0.72" (a fraction, a plain number)."""
+    if unit in ("", "fraction"):
+        return ""
+    return unit if unit == "%" else f" {unit}"
 
 
 def _fmt(value) -> str:

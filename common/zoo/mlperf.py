@@ -128,6 +128,8 @@ import subprocess
 import sys
 import tempfile
 
+from zoo.errors import UserError
+
 RULESETS = {
     "resnet": "4.0.0",
     "bert": "5.0.0",
@@ -196,13 +198,11 @@ class MLPerfLogger:
         stdout: bool = True,
     ):
         if benchmark not in RULESETS:
-            raise SystemExit(f"error: MLPerf benchmark {benchmark!r} is not one of {', '.join(RULESETS)}")
+            raise UserError(f"MLPerf benchmark {benchmark!r} is not one of {', '.join(RULESETS)}")
         if division not in DIVISIONS:
-            raise SystemExit(f"error: MLPerf division {division!r} is not one of {', '.join(DIVISIONS)}")
+            raise UserError(f"MLPerf division {division!r} is not one of {', '.join(DIVISIONS)}")
         if status not in STATUSES:
-            raise SystemExit(
-                f"error: MLPerf submission status {status!r} is not one of {', '.join(STATUSES)}"
-            )
+            raise UserError(f"MLPerf submission status {status!r} is not one of {', '.join(STATUSES)}")
         self.benchmark = benchmark
         self.division = division
         self.enabled = enabled
@@ -215,7 +215,7 @@ class MLPerfLogger:
             from mlperf_logging.mllog import constants
             from mlperf_logging.mllog.mllog import MLLogger
         except ImportError as e:
-            raise SystemExit(f"error: zoo.mlperf needs {_PACKAGE} (pip install {_PACKAGE}): {e}") from None
+            raise UserError(f"zoo.mlperf needs {_PACKAGE} (pip install {_PACKAGE}): {e}") from None
 
         # A logger of our own, not registered with logging: its handlers close with this object.
         logger = logging.Logger(f"zoo.mlperf.{id(self)}", level=logging.INFO)
@@ -261,7 +261,7 @@ class MLPerfLogger:
     def run_stop(self, status: str = "success") -> None:
         """End of the timed run; ``status`` "success" (target reached) or "aborted"."""
         if status not in RUN_STATUSES:
-            raise SystemExit(f"error: MLPerf run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+            raise UserError(f"MLPerf run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
         self._log("end", "run_stop", None, {"status": status})
         self._run_open = False
 

@@ -5,9 +5,11 @@
 Rows (each drawn where the log has it), against the step on the left and wall-clock time since the
 first record on the right:
 
-- loss: every metric whose name contains "loss", of every phase (train/loss, epoch/loss, val/loss);
-- quality: the other metrics of the evaluation phases (EVAL_PHASES: "val", "eval", ...), e.g. val/top1;
-- throughput: every metric whose name ends in "_per_s" or is "throughput", of every phase.
+- loss: ``loss`` and its ``loss_*`` parts, of both phases (train/loss, eval/loss);
+- quality: the quality metrics of the evaluation phase (zoo.metrics.quality_metrics: eval/top1, eval/map, ...);
+- throughput: ``throughput``, in the unit the run logged it in.
+
+Names and phases are zoo.metrics' vocabulary, the same in every model and framework.
 
 Event lines (with "key") and lines that are not JSON (a run killed mid-write) are skipped. Needs
 matplotlib (headless: the Agg backend); the PNG is written atomically.
@@ -21,11 +23,10 @@ import math
 import pathlib
 import sys
 
+from zoo.metrics import LOSS_PART_PREFIX, quality_metrics
+
 METRICS_FILE = "metrics.jsonl"
-EVAL_PHASES = ("val", "eval", "validation", "test")
 PANELS = ("loss", "quality", "throughput")
-# Per-phase counters, not curves worth a panel.
-_COUNTERS = ("epoch", "step")
 
 
 class Series:
@@ -58,11 +59,11 @@ def read_records(path) -> tuple[list[dict], int]:
 
 def panel_of(phase: str, name: str) -> str | None:
     """Which of PANELS a metric belongs to, or None for one no panel shows."""
-    if name.endswith("_per_s") or name == "throughput":
+    if name == "throughput":
         return "throughput"
-    if "loss" in name:
+    if name == "loss" or name.startswith(LOSS_PART_PREFIX):
         return "loss"
-    if phase in EVAL_PHASES and name not in _COUNTERS:
+    if phase == "eval" and name in quality_metrics():
         return "quality"
     return None
 

@@ -18,6 +18,8 @@ import difflib
 import pathlib
 import re
 
+from zoo.errors import UserError, one_line
+
 # Recipe leaves (by their last name) that count something: a positive integer, or a list of them.
 POSITIVE_INTEGERS = frozenset(
     {
@@ -47,32 +49,32 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 def flag(value, key: str) -> bool:
     """A recipe boolean: YAML's true/false, or the strings a ``--set`` override carries ("true", "0",
-    "yes", ...); anything else is a one-line SystemExit naming ``key``."""
+    "yes", ...); anything else is a UserError naming ``key``."""
     if isinstance(value, bool):
         return value
     if str(value).lower() in ("true", "1", "yes"):
         return True
     if str(value).lower() in ("false", "0", "no"):
         return False
-    raise SystemExit(f"error: {key} must be true or false, not {value!r}")
+    raise UserError(f"{key} must be true or false, not {value!r}")
 
 
 def compile_mode(value, key: str = "train.compile", modes=COMPILE_MODES) -> str | None:
     """A recipe's compile lever as a ``torch.compile`` mode: None (eager) for false / none / eager,
-    "default" for true, else one of ``modes``; anything else is a one-line SystemExit naming ``key``."""
+    "default" for true, else one of ``modes``; anything else is a UserError naming ``key``."""
     if value is None or value is False or str(value).lower() in ("false", "none", "no", "eager"):
         return None
     if value is True or str(value).lower() in ("true", "yes"):
         return "default"
     if value not in modes:
-        raise SystemExit(f"error: {key} must be false or one of {', '.join(modes)}, not {value!r}")
+        raise UserError(f"{key} must be false or one of {', '.join(modes)}, not {value!r}")
     return value
 
 
 def load_recipe(path, overrides: dict | None = None, known_keys_from=None) -> dict:
     """Load a YAML recipe (following ``base:``) and apply ``{"optimizer.lr": 0.1}`` overrides.
 
-    An override key that names nothing in the recipe raises SystemExit naming it. String values
+    An override key that names nothing in the recipe raises UserError naming it. String values
     are read as YAML scalars, so ``"0.1"`` from a command line becomes a float. ``known_keys_from``
     (a folder of recipes, or a list of recipe files) turns on the unknown-key check of the file.
     Count-like values are range-checked (:data:`POSITIVE_INTEGERS`, :data:`NON_NEGATIVE`).
@@ -81,7 +83,7 @@ def load_recipe(path, overrides: dict | None = None, known_keys_from=None) -> di
     if known_keys_from is not None:
         known = known_keys(known_keys_from)
         for key in sorted(_dotted_keys(recipe) - known):
-            raise SystemExit(f"error: unknown recipe key '{key}' in {path}{_nearest(key, known)}")
+            raise UserError(f"unknown recipe key '{key}' in {path}{_nearest(key, known)}")
     for key, value in (overrides or {}).items():
         _set_dotted(recipe, key, _yaml_scalar(value), path)
     check_ranges(recipe, path)
@@ -103,16 +105,16 @@ def known_keys(source) -> set[str]:
 
 
 def check_ranges(recipe: dict, path="recipe") -> None:
-    """SystemExit naming the first count that is not a positive integer (or a negative non-negative)."""
+    """UserError naming the first count that is not a positive integer (or a negative non-negative)."""
     for key, value in _leaves(recipe):
         name = key.rsplit(".", 1)[-1]
         if name in POSITIVE_INTEGERS and value is not None:
             values = value if isinstance(value, list) else [value]
             if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
-                raise SystemExit(f"error: {key} must be a positive integer, not {value!r} ({path})")
+                raise UserError(f"{key} must be a positive integer, not {value!r} ({path})")
         elif name in NON_NEGATIVE and value is not None:
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise SystemExit(f"error: {key} must be a number >= 0, not {value!r} ({path})")
+                raise UserError(f"{key} must be a number >= 0, not {value!r} ({path})")
 
 
 def parse_overrides(items: list[str]) -> dict:
@@ -121,7 +123,7 @@ def parse_overrides(items: list[str]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"recipe override '{item}' is not key=value")
+            raise UserError(f"recipe override '{item}' is not key=value")
         overrides[key.strip()] = value
     return overrides
 
@@ -130,15 +132,15 @@ def _load_with_bases(path: pathlib.Path, seen: tuple) -> dict:
     import yaml
 
     if not path.is_file():
-        raise SystemExit(f"recipe not found: {path}")
+        raise UserError(f"recipe not found: {path}")
     if path.resolve() in seen:
-        raise SystemExit(f"recipe {path} extends itself through 'base:'")
+        raise UserError(f"recipe {path} extends itself through 'base:'")
     try:
         recipe = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise SystemExit(f"recipe {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise UserError(f"recipe {path} is not valid YAML: {one_line(e)}") from None
     if not isinstance(recipe, dict):
-        raise SystemExit(f"recipe {path} is not a mapping")
+        raise UserError(f"recipe {path} is not a mapping")
     base = recipe.pop("base", None)
     if base is None:
         return recipe
@@ -164,7 +166,7 @@ def _set_dotted(recipe: dict, key: str, value, path) -> None:
             known = ", ".join(sorted(node)) if isinstance(node, dict) else "none: not a mapping"
             where = ".".join(parts[:i]) or "top level"
             hint = _nearest(key, _dotted_keys(recipe))
-            raise SystemExit(f"unknown recipe key '{key}' in {path}{hint} ({where} has: {known})")
+            raise UserError(f"unknown recipe key '{key}' in {path}{hint} ({where} has: {known})")
         if i == len(parts) - 1:
             node[part] = value
         node = node[part]
@@ -284,7 +286,6 @@ class RunConfig:
 def run_config(recipe: dict, path="recipe") -> RunConfig:
     """``recipe["run"]`` as a RunConfig. A missing, unknown or mistyped key, or a value out of range,
     raises UserError naming the key and ``path``."""
-    from zoo.errors import UserError
 
     section = recipe.get("run")
     if not isinstance(section, dict):
@@ -315,7 +316,6 @@ def run_config(recipe: dict, path="recipe") -> RunConfig:
 
 
 def _check_keys(section: dict, keys: tuple, where: str, path) -> None:
-    from zoo.errors import UserError
 
     for key in section:
         if key not in keys:
@@ -326,7 +326,6 @@ def _check_keys(section: dict, keys: tuple, where: str, path) -> None:
 
 
 def _integer(section: dict, key: str, path) -> int:
-    from zoo.errors import UserError
 
     value = section[key]
     if isinstance(value, bool) or not isinstance(value, int):
@@ -335,7 +334,6 @@ def _integer(section: dict, key: str, path) -> int:
 
 
 def _count(section: dict, key: str, path) -> int:
-    from zoo.errors import UserError
 
     value = _integer(section, key, path)
     if value < 1:
@@ -348,7 +346,6 @@ def _optional_count(section: dict, key: str, path) -> int | None:
 
 
 def _interval(section: dict, key: str, path) -> Interval | None:
-    from zoo.errors import UserError
 
     value = section[key]
     if value is None:
@@ -361,7 +358,6 @@ def _interval(section: dict, key: str, path) -> Interval | None:
 
 
 def _target(target: dict, path) -> Target:
-    from zoo.errors import UserError
     from zoo.metrics import quality_metrics, unit_of
 
     metric, value, unit = target["metric"], target["value"], target["unit"]

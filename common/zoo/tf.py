@@ -15,6 +15,8 @@ import json
 import os
 from dataclasses import dataclass
 
+from zoo.errors import UserError
+
 CHOICES = ("auto", "default", "mirrored", "multiworker", "horovod")
 
 
@@ -43,7 +45,7 @@ def _tf_config() -> dict | None:
         config = json.loads(raw)
         config["cluster"]["worker"], config["task"]["index"]  # noqa: B018 - validate the keys
     except (ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"TF_CONFIG is not valid (need cluster.worker and task.index): {e!r}") from None
+        raise UserError(f"TF_CONFIG is not valid (need cluster.worker and task.index): {e!r}") from None
     return config
 
 
@@ -66,7 +68,7 @@ def make_runtime(distribution: str = "auto") -> Runtime:
     import tensorflow as tf
 
     if distribution not in CHOICES:
-        raise SystemExit(f"unknown --distribution {distribution!r} (one of {', '.join(CHOICES)})")
+        raise UserError(f"unknown --distribution {distribution!r} (one of {', '.join(CHOICES)})")
     gpus = tf.config.list_physical_devices("GPU")
     if distribution == "horovod":
         return _horovod_runtime(gpus)
@@ -104,7 +106,7 @@ def _horovod_runtime(gpus: list) -> Runtime:
     try:
         import horovod.tensorflow as hvd
     except ImportError as e:
-        raise SystemExit(
+        raise UserError(
             f"--distribution horovod needs Horovod built for TensorFlow (not installed here: {e})"
         ) from None
     hvd.init()

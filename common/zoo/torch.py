@@ -12,6 +12,7 @@ import random
 import numpy as np
 
 from zoo.dist import DistEnv, get_dist_env
+from zoo.errors import UserError
 
 
 def init_distributed(device: str | None = None, *, timeout_minutes: float = 30):
@@ -91,7 +92,7 @@ def amp_dtype(amp: str):
 
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
     if amp not in dtypes:
-        raise SystemExit(f"error: amp must be one of bf16, fp16, fp32, not {amp!r}")
+        raise UserError(f"amp must be one of bf16, fp16, fp32, not {amp!r}")
     return dtypes[amp]
 
 
@@ -220,7 +221,7 @@ def check_replicas_agree(model, env: DistEnv | None = None) -> None:
         return
     env = env or get_dist_env()
     if not agree:
-        raise SystemExit(f"error: weights differ across the {env.world_size} ranks")
+        raise UserError(f"weights differ across the {env.world_size} ranks")
     if env.is_primary:
         print(f"weights identical on all {env.world_size} ranks", flush=True)
 
@@ -262,8 +263,8 @@ def load_training_checkpoint(path, needed, what: str, flag: str = "--resume") ->
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to a user
         reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
-        raise SystemExit(f"error: {flag} {path} is not {what} (cannot be read: {reason})") from None
+        raise UserError(f"{flag} {path} is not {what} (cannot be read: {reason})") from None
     missing = sorted(set(needed) - set(state)) if isinstance(state, dict) else sorted(needed)
     if missing:
-        raise SystemExit(f"error: {flag} {path} is not {what} (no {', '.join(missing)})")
+        raise UserError(f"{flag} {path} is not {what} (no {', '.join(missing)})")
     return state
