@@ -123,25 +123,10 @@ def _horovod_runtime(gpus: list) -> Runtime:
 
 
 # ------------------------------------------------------------------------------ training checkpoints
-# RESULTS_DIR/checkpoint/ holds a run's training state, the same way in every TensorFlow model:
-#
-#   checkpoint/latest.json          {"folder": "step-600"}: the newest whole checkpoint (what --resume reads)
-#   checkpoint/step-600/state.json  name, step, epoch, recipe and the model's own fields
-#   checkpoint/step-600/variables.index, variables.data-*   tf.train.Checkpoint of the objects passed
-#
-# A save writes a new folder under a temporary name, renames it into place, then points latest.json at
-# it (zoo.io.atomic_write): a run killed at any moment leaves the previous checkpoint whole.
-CHECKPOINT_NAME = "checkpoint"  # RESULTS_DIR/checkpoint/: what --resume auto continues
-LATEST = "latest.json"
-STATE = "state.json"
+# RESULTS_DIR/checkpoint/ (zoo.checkpoint_folder): latest.json names the newest step-N folder, which holds
+# state.json (name, step, epoch, recipe, the model's own fields) and variables.index / variables.data-*,
+# the tf.train.Checkpoint of the objects the model passed.
 VARIABLES = "variables"
-TRAINING_STATE_FIELDS = ("name", "step", "epoch", "recipe")
-_TEMP_PREFIX = ".step-"
-
-
-def checkpoint_pointer(results_dir) -> Path:
-    """RESULTS_DIR/checkpoint/latest.json: it exists once a run has saved; pass it to zoo.cli.resolve_resume."""
-    return Path(results_dir) / CHECKPOINT_NAME / LATEST
 
 
 def save_training_checkpoint(
@@ -164,45 +149,17 @@ def save_training_checkpoint(
     another's); ``step`` (optimizer steps done), ``epoch`` (epochs done) and ``recipe`` are the fields every
     state holds, ``fields`` the model's own (JSON). ``keep``: how many checkpoints stay (the newest is the one
     --resume continues). Under a multi-worker strategy every worker calls it (collectives may run while
-    variables are read); only the ``chief``'s is kept, the others write to a temporary folder and delete it.
+    variables are read); only the ``chief``'s is kept.
     """
-    import shutil
-    import tempfile
-
     import tensorflow as tf
 
-    from zoo.io import atomic_write
+    from zoo.checkpoint_folder import save_folder
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    if chief:
-        _remove_stale_checkpoint_temps(directory)
-    # another worker's copy goes to its own machine's temporary folder, out of the chief's way
-    temp = Path(
-        tempfile.mkdtemp(prefix=f"{_TEMP_PREFIX}{step}.", suffix=".tmp", dir=directory if chief else None)
+    state = {"name": name, "step": int(step), "epoch": int(epoch), "recipe": recipe, **fields}
+    checkpoint = tf.train.Checkpoint(**objects)
+    return save_folder(
+        directory, state, lambda folder: checkpoint.write(str(folder / VARIABLES)), keep=keep, chief=chief
     )
-    try:
-        os.chmod(temp, 0o777 & ~_umask())  # mkdtemp's 0700 would hide checkpoints from the user's group
-        tf.train.Checkpoint(**objects).write(str(temp / VARIABLES))
-        if not chief:
-            return None
-        state = {"name": name, "step": int(step), "epoch": int(epoch), "recipe": recipe, **fields}
-        (temp / STATE).write_text(json.dumps(state, indent=1, default=_json_scalar))
-        folder = directory / f"step-{step}"
-        for again in range(1, 1000):  # the same step saved twice (an epoch's end and a step interval)
-            if not folder.exists():
-                break
-            folder = directory / f"step-{step}.{again}"
-        temp.rename(folder)
-        kept = [*_kept_folders(directory), folder.name][-keep:]
-        with atomic_write(directory / LATEST) as tmp:
-            tmp.write_text(json.dumps({"folder": folder.name, "kept": kept}) + "\n")
-        for old in directory.glob("step-*"):  # older ones, and any a killed save renamed but never named
-            if old.name not in kept:
-                shutil.rmtree(old, ignore_errors=True)
-        return folder
-    finally:
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def load_training_checkpoint(
@@ -220,77 +177,18 @@ def load_training_checkpoint(
     """
     import tensorflow as tf
 
-    folder = _checkpoint_folder(Path(path), flag, what)
+    from zoo.checkpoint_folder import read_state
+
+    state = read_state(path, name=name, what=what, flag=flag)
+    prefix = str(state["folder"] / VARIABLES)
     try:
-        state = json.loads((folder / STATE).read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"{flag} {path} is not {what} (cannot be read: {one_line(e, limit=160)})") from None
-    missing = (
-        [field for field in TRAINING_STATE_FIELDS if field not in state] if isinstance(state, dict) else []
-    )
-    if missing or not isinstance(state, dict):
-        raise UserError(
-            f"{flag} {path} is not {what} (no {', '.join(missing) or 'fields'} in {folder / STATE})"
-        )
-    if state["name"] != name:
-        raise UserError(f"{flag} {path} is not {what} (it is a checkpoint of {state['name']})")
-    try:
-        tf.train.load_checkpoint(str(folder / VARIABLES))
+        tf.train.load_checkpoint(prefix)
     except (ValueError, tf.errors.OpError) as e:
         raise UserError(f"{flag} {path} is not {what} (cannot be read: {one_line(e, limit=160)})") from None
     if objects:
         try:
-            status = tf.train.Checkpoint(**objects).read(str(folder / VARIABLES))
+            status = tf.train.Checkpoint(**objects).read(prefix)
             (status.expect_partial() if partial else status).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise UserError(f"{flag} {path} does not fit this model ({one_line(e, limit=200)})") from None
-    return {**state, "folder": folder}
-
-
-def _checkpoint_folder(path: Path, flag: str, what: str) -> Path:
-    """The step-N folder ``path`` names: itself, or the one its latest.json (or checkpoint/latest.json) names."""
-    pointers = (path, path / LATEST, path / CHECKPOINT_NAME / LATEST)
-    pointer = next((p for p in pointers if p.name == LATEST and p.is_file()), None)
-    if pointer is not None:
-        try:
-            folder = pointer.parent / json.loads(pointer.read_text())["folder"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise UserError(f"{flag} {path} is not {what} ({pointer}: {one_line(e, limit=160)})") from None
-        if not (folder / STATE).is_file():
-            raise UserError(
-                f"{flag} {path} is not {what} ({pointer} names {folder.name}, which is not there)"
-            )
-        return folder
-    if (path / STATE).is_file():
-        return path
-    if not path.exists():
-        raise UserError(f"{flag} {path}: no such checkpoint")
-    raise UserError(f"{flag} {path} is not {what} (no {CHECKPOINT_NAME}/{LATEST} or {STATE})")
-
-
-def _kept_folders(directory: Path) -> list[str]:
-    """The folders latest.json keeps, oldest first ([] before the first save, or for an unreadable one)."""
-    try:
-        pointer = json.loads((directory / LATEST).read_text())
-        return [name for name in pointer.get("kept", [pointer["folder"]]) if (directory / name).is_dir()]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return []
-
-
-def _remove_stale_checkpoint_temps(directory: Path) -> None:
-    """What a save killed midway left: its temporary folder, TensorFlow's ``<prefix>_temp/`` in it."""
-    import shutil
-
-    for temp in directory.glob(f"{_TEMP_PREFIX}*.tmp"):
-        shutil.rmtree(temp, ignore_errors=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _json_scalar(value):
-    """numpy and TensorFlow scalars in a checkpoint's state.json."""
-    return value.item() if hasattr(value, "item") else str(value)
+    return state
