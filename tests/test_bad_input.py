@@ -1133,7 +1133,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from zoo.bert_data import main as bert_data
+from zoo.data.bert_prepare import main as bert_data
 
 root = Path(sys.argv[1])
 licenses = Path("/usr/share/common-licenses")

@@ -41,7 +41,7 @@ def test_design_documents_cited_by_code_exist():
     for doc in ("docs/ARCHITECTURE.md", "CONTRIBUTING.md"):
         assert (ROOT / doc).is_file(), f"{doc} missing"
     cited = set()
-    for path in list(ROOT.glob("tests/*.py")) + list(ROOT.glob("common/zoo/*.py")):
+    for path in list(ROOT.glob("tests/*.py")) + list(ROOT.glob("common/zoo/**/*.py")):
         cited |= set(
             re.findall(r"\b((?:docs/)?(?:ARCHITECTURE|CONTRIBUTING|STYLE|DESIGN)\.md)\b", path.read_text())
         )

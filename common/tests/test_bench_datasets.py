@@ -11,7 +11,7 @@ from zoo.bench import (
     profile_step,
     write_report,
 )
-from zoo.datasets import make_digits_imagefolder
+from zoo.data.datasets import make_digits_imagefolder
 
 
 def test_percentiles_match_numpy():

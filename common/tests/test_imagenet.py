@@ -7,7 +7,8 @@ import tarfile
 
 import numpy as np
 import pytest
-from zoo.imagenet import prepare_imagenet, read_val_labels
+from zoo.data.imagenet import prepare_imagenet, read_val_labels
+from zoo.errors import UserError
 
 WNIDS = ["n01440764", "n01443537", "n01484850"]  # ILSVRC2012_IDs 1, 2, 3 in the fake meta.mat
 VAL_IDS = [3, 1, 1, 2, 3]  # ground truth of ILSVRC2012_val_00000001..5
@@ -107,11 +108,11 @@ def test_devkit_labels_match_label_file(tarballs):
 
 def test_bad_inputs(tarballs, tmp_path):
     train, val, devkit = tarballs
-    with pytest.raises(SystemExit, match="ImageNet train file not found"):
+    with pytest.raises(UserError, match="ImageNet train file not found"):
         prepare_imagenet(tmp_path / "nope.tar", val, devkit, tmp_path / "o")
-    with pytest.raises(SystemExit, match="not the official ILSVRC2012 train md5"):
+    with pytest.raises(UserError, match="not the official ILSVRC2012 train md5"):
         prepare_imagenet(train, val, devkit, tmp_path / "o", verify_md5=True)
-    with pytest.raises(SystemExit, match="holds no per-class tars"):
+    with pytest.raises(UserError, match="holds no per-class tars"):
         prepare_imagenet(val, val, devkit, tmp_path / "o")
     assert not (tmp_path / "o" / "train").exists()
 
@@ -119,11 +120,11 @@ def test_bad_inputs(tarballs, tmp_path):
 def test_cli(tarballs, tmp_path):
     train, val, devkit = tarballs
     help_text = subprocess.run(
-        [sys.executable, "-m", "zoo.imagenet", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "zoo.data.imagenet", "--help"], capture_output=True, text=True
     )
     assert help_text.returncode == 0 and "--devkit" in help_text.stdout
     run = subprocess.run(
-        [sys.executable, "-m", "zoo.imagenet", "--train-tar", str(train), "--val-tar", str(val)]
+        [sys.executable, "-m", "zoo.data.imagenet", "--train-tar", str(train), "--val-tar", str(val)]
         + ["--devkit", str(devkit), "--out-dir", str(tmp_path / "cli")],
         capture_output=True,
         text=True,

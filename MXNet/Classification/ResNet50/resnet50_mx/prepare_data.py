@@ -179,11 +179,11 @@ def main(argv=None):
     resize = 256 if args.resize is None else args.resize
     out = Path(args.data_dir)
     if args.imagenet_tars:
-        from zoo.imagenet import prepare_imagenet
+        from zoo.data.imagenet import prepare_imagenet
 
         folder = prepare_imagenet(*args.imagenet_tars, out / "image-folder")
     elif args.digits:
-        from zoo.datasets import make_digits_imagefolder
+        from zoo.data.datasets import make_digits_imagefolder
 
         folder = make_digits_imagefolder(out / "image-folder", image_size=args.image_size)
         resize = 0 if args.resize is None else args.resize

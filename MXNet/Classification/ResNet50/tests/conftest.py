@@ -16,7 +16,7 @@ from mx_resnet_testing import RECIPE, run_module  # noqa: E402
 def digits_rec(tmp_path_factory) -> Path:
     """scikit-learn's digits (1,797 real 8x8 images) as 32x32 RGB JPEGs, packed into RecordIO by im2rec."""
     from resnet50_mx.prepare_data import convert
-    from zoo.datasets import make_digits_imagefolder
+    from zoo.data.datasets import make_digits_imagefolder
 
     root = tmp_path_factory.mktemp("digits")
     folder = make_digits_imagefolder(root / "images", image_size=32)

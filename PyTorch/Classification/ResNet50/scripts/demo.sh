@@ -31,7 +31,7 @@ START=$(date +%s)
 step() { echo; echo "== [$(( $(date +%s) - START ))s] $*"; }
 
 step "1/6 data: scikit-learn digits as a ${SIZE}x${SIZE} image folder in ${DATA}"
-"${PYTHON}" -c "import sys; from zoo.datasets import make_digits_imagefolder as m; m(sys.argv[1], image_size=int(sys.argv[2]))" "${DATA}" "${SIZE}"
+"${PYTHON}" -c "import sys; from zoo.data.datasets import make_digits_imagefolder as m; m(sys.argv[1], image_size=int(sys.argv[2]))" "${DATA}" "${SIZE}"
 echo "train: $(find "${DATA}/train" -name '*.jpg' | wc -l) images, val: $(find "${DATA}/val" -name '*.jpg' | wc -l) images, 10 classes"
 
 step "2/6 train ResNet-50 v1.5 on the CPU (${EPOCHS} epochs, ${THREADS} threads)"

@@ -45,13 +45,13 @@ case "${ACTION}" in
     echo "synthetic data needs no download: train with --data-backend synthetic (or --synthetic)"; exit 0 ;;
   digits)
     [[ -n "${OUT}" ]] || { echo "error: give --data-dir DIR (or set DATA_DIR)" >&2; exit 2; }
-    exec "${PYTHON}" -c "import sys; from zoo.datasets import make_digits_imagefolder as m; print(m(sys.argv[1], image_size=int(sys.argv[2])))" "${OUT}" "${SIZE}" ;;
+    exec "${PYTHON}" -c "import sys; from zoo.data.datasets import make_digits_imagefolder as m; print(m(sys.argv[1], image_size=int(sys.argv[2])))" "${OUT}" "${SIZE}" ;;
   imagenet)
     [[ -n "${OUT}" ]] || { echo "error: give --data-dir DIR (or set DATA_DIR)" >&2; exit 2; }
     for f in ILSVRC2012_img_train.tar ILSVRC2012_img_val.tar ILSVRC2012_devkit_t12.tar.gz; do
       [[ -f "${TARS}/${f}" ]] || { echo "error: ${TARS}/${f} not found (download it from https://image-net.org)" >&2; exit 1; }
     done
-    exec "${PYTHON}" -m zoo.imagenet --train-tar "${TARS}/ILSVRC2012_img_train.tar" \
+    exec "${PYTHON}" -m zoo.data.imagenet --train-tar "${TARS}/ILSVRC2012_img_train.tar" \
       --val-tar "${TARS}/ILSVRC2012_img_val.tar" --devkit "${TARS}/ILSVRC2012_devkit_t12.tar.gz" --out-dir "${OUT}" --md5 ;;
   verify)
     [[ -n "${OUT}" ]] || { echo "error: give --data-dir DIR (or set DATA_DIR)" >&2; exit 2; }

@@ -23,6 +23,6 @@ def model_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def digits16(tmp_path_factory) -> pathlib.Path:
     """scikit-learn digits as 16x16 RGB JPEGs: train/ and a small val/ (10% of each class)."""
-    from zoo.datasets import make_digits_imagefolder
+    from zoo.data.datasets import make_digits_imagefolder
 
     return make_digits_imagefolder(tmp_path_factory.mktemp("digits16"), image_size=16, val_fraction=0.1)

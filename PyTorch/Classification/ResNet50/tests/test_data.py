@@ -123,7 +123,7 @@ def test_verify_names_a_corrupt_image_and_writes_no_manifest(tmp_path, digits16)
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_gpu_decode_matches_the_pytorch_backend(tmp_path, split):
     """Same crop boxes and flips per sample; roi_align's resize is within a few % of PIL's."""
-    from zoo.datasets import make_digits_imagefolder
+    from zoo.data.datasets import make_digits_imagefolder
 
     data = make_digits_imagefolder(tmp_path, image_size=32, val_fraction=0.1)
     batches = {}

@@ -11,7 +11,8 @@ from ssd.data import build_loader, collate
 from ssd.model import SSD300
 from ssd.shapes import make_shapes_coco
 from ssd.train import load_backbone
-from zoo.coco import Archive, prepare_coco
+from zoo.data.coco import Archive, prepare_coco
+from zoo.errors import UserError
 
 
 @pytest.fixture
@@ -51,7 +52,7 @@ def test_prepare_coco_downloads_verifies_and_extracts(http_root, tmp_path):
     prepare_coco(out, ("val",), base_url="http://127.0.0.1:9", archives=archives)
 
     bad = {**archives, "val": Archive("val2017.zip", "zips/val2017.zip", "0" * 32, size_v, ("val2017",))}
-    with pytest.raises(SystemExit, match="MD5 .* != published"):
+    with pytest.raises(UserError, match="MD5 .* != published"):
         prepare_coco(tmp_path / "coco2", ("val",), base_url=url, archives=bad)
     assert not (tmp_path / "coco2" / "val2017").exists()
     assert not (tmp_path / "coco2" / "zips" / "val2017.zip").exists()

@@ -9,7 +9,7 @@ Both start from the same weights.
 
 Data: by default synthetic full-length sequences (phase 1: no padding, so packing cannot show).
 ``--text DIR`` builds samples of the recipe's length with the project's own pipeline
-(``zoo.bert_data.prepare``) from real English text (default ``/usr/share/common-licenses``, on every
+(``zoo.data.bert_prepare.prepare``) from real English text (default ``/usr/share/common-licenses``, on every
 Debian machine; WordPiece vocabulary trained on it): ours trains on packed samples, Hugging Face
 on the same sequences one per sample, padded; throughput counts real sequences, and the report
 gives both padding fractions.
@@ -70,10 +70,11 @@ def real_text_batches(
     recipe: dict, text: str, vocab_size: int, count: int, device
 ) -> tuple[list, list, dict]:
     """(packed batches for ours, padded batches of the same sequences for Hugging Face, facts): samples
-    of the recipe's length built by ``zoo.bert_data.prepare`` from ``text``, ``count`` micro-batches each
+    of the recipe's length built by ``zoo.data.bert_prepare.prepare`` from ``text``, ``count`` micro-batches each
     (fewer if the text is short), on the device."""
-    from zoo.bert_data import PretrainingData, SampleSpec, prepare
-    from zoo.wordpiece import train_vocab
+    from zoo.data.bert import PretrainingData, SampleSpec
+    from zoo.data.bert_prepare import prepare
+    from zoo.data.wordpiece import train_vocab
 
     from bert.data import PretrainingBatches
 

@@ -187,7 +187,7 @@ def read_state_dict(path: str | Path) -> dict:
     TF variables, a TensorFlow checkpoint prefix, or Google's BERT .zip (the last two need tensorflow)."""
     path = Path(path)
     if path.suffix == ".zip":
-        from zoo.checkpoints import unpack_bert_tf_zip
+        from zoo.data.bert import unpack_bert_tf_zip
 
         path = unpack_bert_tf_zip(path)
     if path.suffix == ".index" or Path(str(path) + ".index").exists():

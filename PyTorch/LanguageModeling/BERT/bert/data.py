@@ -1,4 +1,4 @@
-"""PyTorch batches of the shared pretraining samples (``zoo.bert_data``: sample creation, packing,
+"""PyTorch batches of the shared pretraining samples (``zoo.data.bert``: sample creation, packing,
 masking, shards, the data-preparation command line; the TensorFlow BERT reads the same shards).
 
 ``PretrainingBatches`` item ``step`` is this rank's slice of global batch ``step`` (exact resume,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from zoo.bert_data import PretrainingData, SampleSpec, ShardError
+from zoo.data.bert import PretrainingData, SampleSpec, ShardError
 
 __all__ = ["PretrainingBatches", "PretrainingData", "SampleSpec", "ShardError", "SyntheticBatches", "collate"]
 

@@ -15,13 +15,13 @@ import json
 from pathlib import Path
 
 from zoo.cli import entry_point
-from zoo.squad import Example, answer_through_triton, load_squad_json, make_features, request_inputs
-from zoo.wordpiece import load_tokenizer
+from zoo.data.squad import Example, answer_through_triton, load_squad_json, make_features, request_inputs
+from zoo.data.wordpiece import load_tokenizer
 
 
 def questions_of(path) -> list[Example]:
     """The questions of a SQuAD-format JSON file; answers are not needed to ask them (unlike training
-    and scoring, which read the file with zoo.squad.read_squad and its answer checks)."""
+    and scoring, which read the file with zoo.data.squad.read_squad and its answer checks)."""
     raw = load_squad_json(path)
     try:
         return [

@@ -167,7 +167,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     vocab_size = None
     if args.vocab:
-        from zoo.wordpiece import load_tokenizer
+        from zoo.data.wordpiece import load_tokenizer
 
         vocab_size = load_tokenizer(args.vocab).get_vocab_size()
     model = load_squad_model(args.checkpoint, args.model, vocab_size)

@@ -23,9 +23,7 @@ import torch.nn.functional as F
 from zoo.checkpoints import CheckpointError
 from zoo.cli import add_run_args, add_target_arg, entry_point, recipe_from_args
 from zoo.cli import parse_args as parse_cli_args
-from zoo.io import atomic_write
-from zoo.log import MetricsLogger
-from zoo.squad import (
+from zoo.data.squad import (
     DEV_FILE,
     TRAIN_FILE,
     best_spans,
@@ -35,6 +33,9 @@ from zoo.squad import (
     make_features,
     read_squad,
 )
+from zoo.data.wordpiece import load_tokenizer
+from zoo.io import atomic_write
+from zoo.log import MetricsLogger
 from zoo.torch import (
     autocast,
     close_distributed,
@@ -45,7 +46,6 @@ from zoo.torch import (
     parameter_groups,
     seed_everything,
 )
-from zoo.wordpiece import load_tokenizer
 
 from bert import convert
 from bert.inference import inference_model

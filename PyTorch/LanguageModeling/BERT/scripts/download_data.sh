@@ -16,7 +16,7 @@ export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
 if [[ $# -eq 0 || "$1" == "-h" || "$1" == "--help" ]]; then
   sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   echo "usage: download_data.sh {wikipedia,vocab,prepare,squad,phase1,phase2} --data-dir DIR [options]"
-  exec "${PYTHON:-python}" -m zoo.bert_data --help
+  exec "${PYTHON:-python}" -m zoo.data.bert_prepare --help
 fi
 command=$1
 shift
@@ -36,10 +36,10 @@ case "$command" in
     fi
     seq=128; [[ "$command" == phase2 ]] && seq=512
     # extracts again unless DIR/wikipedia/text holds the completion marker of a finished extraction
-    "${PYTHON:-python}" -m zoo.bert_data wikipedia --data-dir "$out/wikipedia"
-    [[ -f "$out/vocab/vocab.txt" ]] || "${PYTHON:-python}" -m zoo.bert_data vocab --data-dir "$out/vocab"
-    exec "${PYTHON:-python}" -m zoo.bert_data prepare --input "$out/wikipedia/text" --vocab "$out/vocab/vocab.txt" \
+    "${PYTHON:-python}" -m zoo.data.bert_prepare wikipedia --data-dir "$out/wikipedia"
+    [[ -f "$out/vocab/vocab.txt" ]] || "${PYTHON:-python}" -m zoo.data.bert_prepare vocab --data-dir "$out/vocab"
+    exec "${PYTHON:-python}" -m zoo.data.bert_prepare prepare --input "$out/wikipedia/text" --vocab "$out/vocab/vocab.txt" \
       --data-dir "$out/$command" --max-seq "$seq"
     ;;
-  *) exec "${PYTHON:-python}" -m zoo.bert_data "$command" "$@" ;;
+  *) exec "${PYTHON:-python}" -m zoo.data.bert_prepare "$command" "$@" ;;
 esac

@@ -10,6 +10,6 @@ MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
 if [[ "${1:-}" == "--score" ]]; then
   shift
-  exec "${PYTHON:-python}" -m zoo.squad "$@"
+  exec "${PYTHON:-python}" -m zoo.data.squad "$@"
 fi
 exec "${PYTHON:-python}" -m bert.finetune_squad --do-predict "$@"

@@ -34,14 +34,15 @@ def english_text() -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def tiny_vocab(tmp_path_factory, english_text) -> pathlib.Path:
-    from zoo.wordpiece import train_vocab
+    from zoo.data.wordpiece import train_vocab
 
     return train_vocab([english_text], tmp_path_factory.mktemp("vocab"), vocab_size=1000)
 
 
 @pytest.fixture(scope="session")
 def packed_data(tmp_path_factory, english_text, tiny_vocab) -> pathlib.Path:
-    from zoo.bert_data import SampleSpec, prepare
+    from zoo.data.bert import SampleSpec
+    from zoo.data.bert_prepare import prepare
 
     out = tmp_path_factory.mktemp("packed128")
     prepare([english_text], tiny_vocab, out, SampleSpec(max_seq=128, max_predictions=20), shard_size=150)

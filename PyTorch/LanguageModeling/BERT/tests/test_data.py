@@ -10,10 +10,13 @@ import pytest
 import torch
 from bert.data import PretrainingBatches
 from bert.model import packed_position_ids
-from zoo import bert_data
-from zoo.bert_data import PretrainingData, SampleSpec, Specials, mask_tokens, pack_best_fit, prepare
-from zoo.text import clean_wikitext, iter_wikipedia_articles, read_documents, split_sentences
-from zoo.wordpiece import load_tokenizer
+from zoo.cli import entry_point
+from zoo.data import bert_prepare
+from zoo.data.bert import PretrainingData, SampleSpec, Specials, mask_tokens, pack_best_fit
+from zoo.data.bert_prepare import prepare
+from zoo.data.text import clean_wikitext, iter_wikipedia_articles, read_documents, split_sentences
+from zoo.data.wordpiece import load_tokenizer
+from zoo.errors import UserError
 
 
 def test_sentence_split_keeps_abbreviations_and_initials():
@@ -69,7 +72,7 @@ def test_wikipedia_dump_downloads_and_extracts(tmp_path):
     server = serve(site)
     try:
         url = f"http://127.0.0.1:{server.server_port}/enwiki-test-pages-articles.xml.bz2"
-        bert_data.main(["wikipedia", "--url", url, "--data-dir", str(tmp_path / "wiki")])
+        bert_prepare.main(["wikipedia", "--url", url, "--data-dir", str(tmp_path / "wiki")])
     finally:
         server.shutdown()
     text = (tmp_path / "wiki" / "text" / "wiki_00000.txt").read_text()
@@ -172,13 +175,13 @@ def test_unpacked_nsp_static_samples(tmp_path, english_text, tiny_vocab):
 
 
 def test_bad_inputs_are_one_line_errors(tmp_path, tiny_vocab):
-    with pytest.raises(SystemExit, match="no metadata.json"):
+    with pytest.raises(UserError, match="no metadata.json"):
         PretrainingData(tmp_path)
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         prepare([tmp_path / "missing.txt"], tiny_vocab, tmp_path / "out", SampleSpec())
     bad_vocab = tmp_path / "vocab.txt"
     bad_vocab.write_text("a\nb\n")
-    with pytest.raises(SystemExit, match="special tokens"):
+    with pytest.raises(UserError, match="special tokens"):
         load_tokenizer(bad_vocab)
 
 
@@ -193,7 +196,7 @@ def articles_dump(path, count):
 
 
 def test_wikipedia_extraction_killed_midway_is_never_read_and_is_redone(tmp_path, monkeypatch, tiny_vocab):
-    from zoo import text as bert_text
+    from zoo.data import text as bert_text
 
     dump = articles_dump(tmp_path / "dump.xml", 23)
     out = tmp_path / "wiki"
@@ -207,7 +210,7 @@ def test_wikipedia_extraction_killed_midway_is_never_read_and_is_redone(tmp_path
 
     monkeypatch.setattr(bert_text, "iter_wikipedia_articles", killed_after_twelve)
     with pytest.raises(KeyboardInterrupt):
-        bert_data.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out), "--docs-per-file", "5"])
+        bert_prepare.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out), "--docs-per-file", "5"])
     monkeypatch.undo()
     left = sorted(p.name for p in (out / "text").iterdir())
     assert left == ["wiki_00000.txt", "wiki_00001.txt", "wiki_00002.txt.tmp"]  # no marker
@@ -215,9 +218,9 @@ def test_wikipedia_extraction_killed_midway_is_never_read_and_is_redone(tmp_path
         lambda: bert_text.expand_text_paths([out / "text"]),
         lambda: prepare([out / "text"], tiny_vocab, tmp_path / "samples", SampleSpec()),
     ):
-        with pytest.raises(SystemExit, match=r"text is an unfinished Wikipedia extraction \(no .complete"):
+        with pytest.raises(UserError, match=r"text is an unfinished Wikipedia extraction \(no .complete"):
             use()
-    bert_data.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out), "--docs-per-file", "5"])
+    bert_prepare.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out), "--docs-per-file", "5"])
     files = sorted(p.name for p in (out / "text").iterdir())
     assert files == [".complete"] + [f"wiki_0000{i}.txt" for i in range(5)]
     documents = list(read_documents(bert_text.expand_text_paths([out / "text"])))
@@ -225,12 +228,12 @@ def test_wikipedia_extraction_killed_midway_is_never_read_and_is_redone(tmp_path
     # a finished extraction is kept as it is, without reading the dump again
     dump.unlink()
     before = {p: p.stat().st_mtime_ns for p in (out / "text").iterdir()}
-    bert_data.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out)])
+    bert_prepare.main(["wikipedia", "--dump", str(dump), "--data-dir", str(out)])
     assert {p: p.stat().st_mtime_ns for p in (out / "text").iterdir()} == before
 
 
 def test_text_inputs_skip_partial_tmp_files(tmp_path):
-    from zoo.text import expand_text_paths
+    from zoo.data.text import expand_text_paths
 
     (tmp_path / "a.txt").write_text("One sentence here.\n")
     (tmp_path / "b.txt.tmp").write_text("A partial file.\n")
@@ -280,7 +283,7 @@ def test_damaged_shards_are_named_at_start(tmp_path, packed_data, damage, proble
     shard = data / PretrainingData(data).meta["shards"][2]["file"]
     damage(shard)
     with pytest.raises(SystemExit) as error:
-        PretrainingData(data)
+        entry_point(PretrainingData)(data)  # the line a script's user sees
     message = str(error.value.code)
     assert message.startswith(f"error: shard {shard} is damaged (") and problem in message
     assert message.endswith(f"prepare {data} again (scripts/download_data.sh prepare)")

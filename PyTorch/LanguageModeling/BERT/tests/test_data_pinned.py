@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from zoo.bert_data import PretrainingData, SampleSpec, prepare
+from zoo.data.bert import PretrainingData, SampleSpec
+from zoo.data.bert_prepare import prepare
 
 VOCAB_SHA256 = "5dd6c0040c7615aa1908452af0bc98b15d95f8e0e53ad71e36efda7ff2c0548f"
 PINNED = {

@@ -272,7 +272,8 @@ def test_packed_phase2_samples_give_each_sequence_its_unpacked_mlm_loss(tmp_path
     in its packed sample equals its loss alone in an unpacked sample (one sequence, padding)."""
     import torch.nn.functional as F
     from bert.data import PretrainingBatches
-    from zoo.bert_data import PretrainingData, SampleSpec, prepare
+    from zoo.data.bert import PretrainingData, SampleSpec
+    from zoo.data.bert_prepare import prepare
 
     prepare([english_text], tiny_vocab, tmp_path, SampleSpec(max_seq=512, max_predictions=80), workers=1)
     data = PretrainingData(tmp_path, seed=1)

@@ -106,7 +106,8 @@ def test_resume_continues_exactly(packed_data, tmp_path):
 
 
 def test_phase_two_starts_from_phase_one_weights(phase1, tmp_path, english_text, tiny_vocab):
-    from zoo.bert_data import SampleSpec, prepare
+    from zoo.data.bert import SampleSpec
+    from zoo.data.bert_prepare import prepare
 
     phase2 = tmp_path / "data256"
     prepare([english_text], tiny_vocab, phase2, SampleSpec(max_seq=256, max_predictions=40))

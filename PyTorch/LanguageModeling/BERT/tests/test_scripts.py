@@ -165,7 +165,8 @@ def test_download_checkpoint_lists_the_registry():
 def test_google_zip_unpacks_to_its_checkpoint_prefix(tmp_path):
     import zipfile
 
-    from zoo.checkpoints import CheckpointError, unpack_bert_tf_zip
+    from zoo.checkpoints import CheckpointError
+    from zoo.data.bert import unpack_bert_tf_zip
 
     archive = tmp_path / "uncased_L-2_H-128_A-2.zip"
     with zipfile.ZipFile(archive, "w") as zf:

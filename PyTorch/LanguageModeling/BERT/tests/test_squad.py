@@ -6,7 +6,8 @@ import os
 import numpy as np
 import pytest
 from bert import finetune_squad
-from zoo.squad import (
+from zoo.cli import entry_point
+from zoo.data.squad import (
     Example,
     best_spans,
     evaluate_predictions,
@@ -16,8 +17,9 @@ from zoo.squad import (
     normalize_answer,
     read_squad,
 )
-from zoo.text import read_documents
-from zoo.wordpiece import load_tokenizer
+from zoo.data.text import read_documents
+from zoo.data.wordpiece import load_tokenizer
+from zoo.errors import UserError
 
 MODEL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -161,10 +163,10 @@ def test_target_f1_needs_the_dev_set(tmp_path, tiny_vocab):
 
 
 def test_bad_squad_inputs_are_one_line_errors(tmp_path, tiny_vocab):
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         read_squad(tmp_path / "none.json")
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(SystemExit, match="not a SQuAD JSON"):
+    with pytest.raises(UserError, match="not a SQuAD JSON"):
         read_squad(tmp_path / "bad.json")
 
 
@@ -193,7 +195,7 @@ def test_questions_without_an_answer_inside_the_context_are_one_line_errors(tmp_
     path = tmp_path / "train-v1.1.json"
     path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [paragraph]}]}))
     with pytest.raises(SystemExit) as error:
-        read_squad(path)
+        entry_point(read_squad)(path)  # the line a script's user sees
     assert str(error.value.code).startswith(f"error: {path}: ") and message in str(error.value.code)
     assert "\n" not in str(error.value.code)
     paragraph["qas"][0]["answers"] = [{"text": "quick brown fox", "answer_start": 4}]

@@ -17,7 +17,7 @@ import argparse
 import os
 
 from zoo.cli import entry_point
-from zoo.coco import BASE_URL, prepare_coco
+from zoo.data.coco import BASE_URL, prepare_coco
 
 
 @entry_point

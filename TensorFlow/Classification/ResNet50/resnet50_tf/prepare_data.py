@@ -70,7 +70,7 @@ def main(argv=None) -> None:
         return
     folders = Path(args.folders_dir) if args.folders_dir else out / "folders"
     if args.digits:
-        from zoo.datasets import make_digits_imagefolder
+        from zoo.data.datasets import make_digits_imagefolder
 
         make_digits_imagefolder(folders, image_size=args.image_size)
         shards = (4, 2)
@@ -80,7 +80,7 @@ def main(argv=None) -> None:
         ]
         if missing:
             p.error(f"ImageNet needs {' '.join(missing)} (or pass --digits)")
-        from zoo.imagenet import prepare_imagenet
+        from zoo.data.imagenet import prepare_imagenet
 
         prepare_imagenet(args.train_tar, args.val_tar, args.devkit, folders, verify_md5=args.md5)
         shards = (args.train_shards, args.val_shards)

@@ -16,7 +16,7 @@ if str(MODEL_DIR) not in sys.path:
 
 @pytest.fixture(scope="session")
 def digits_folder(tmp_path_factory) -> Path:
-    from zoo.datasets import make_digits_imagefolder
+    from zoo.data.datasets import make_digits_imagefolder
 
     return make_digits_imagefolder(tmp_path_factory.mktemp("digits"), image_size=32)
 

@@ -279,7 +279,8 @@ def read_weights(path) -> dict[str, np.ndarray]:
 
 def unpack_google_zip(path) -> Path:
     """Google's ``NAME.zip`` extracted beside it (zoo.checkpoints.unpack_bert_tf_zip); its checkpoint prefix."""
-    from zoo.checkpoints import CheckpointError, unpack_bert_tf_zip
+    from zoo.checkpoints import CheckpointError
+    from zoo.data.bert import unpack_bert_tf_zip
 
     try:
         return unpack_bert_tf_zip(path)

@@ -1,4 +1,4 @@
-"""Pretraining batches for TensorFlow from the shared sample shards (``zoo.bert_data``, the format the
+"""Pretraining batches for TensorFlow from the shared sample shards (``zoo.data.bert``, the format the
 PyTorch BERT reads too), and random batches for ``--synthetic`` runs and benchmarks.
 
 Micro-batch ``index`` of a run is a function of the index alone: epoch = index // batches per epoch,
@@ -13,8 +13,8 @@ import numpy as np
 
 
 def open_pretraining_data(data_dir, seed: int = 0):
-    """The prepared directory (shards + metadata.json) as ``zoo.bert_data.PretrainingData``."""
-    from zoo.bert_data import PretrainingData
+    """The prepared directory (shards + metadata.json) as ``zoo.data.bert.PretrainingData``."""
+    from zoo.data.bert import PretrainingData
 
     return PretrainingData(data_dir, seed=seed)
 

@@ -1,5 +1,5 @@
 """Answer questions through Triton: tokenise and window on the client, run the span model on the server,
-decode the best span on the client (``zoo.squad``, as the PyTorch BERT's client does).
+decode the best span on the client (``zoo.data.squad``, as the PyTorch BERT's client does).
 
     python -m bert_tf.deploy --model-repository results/triton --question "..." --context "..."
     python -m bert_tf.deploy --model-repository results/triton --squad-file dev-v1.1.json --limit 16
@@ -22,10 +22,10 @@ from zoo.cli import entry_point
 @entry_point
 def main(argv=None) -> dict | None:
     from zoo.bench import percentiles
-    from zoo.squad import Example, answer_through_triton, make_features, read_squad, request_inputs
+    from zoo.data.squad import Example, answer_through_triton, make_features, read_squad, request_inputs
+    from zoo.data.wordpiece import load_tokenizer
     from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
-    from zoo.wordpiece import load_tokenizer
 
     p = argparse.ArgumentParser(prog="deploy_triton.sh", description=__doc__.splitlines()[0])
     p.add_argument("--model-repository", default="model_repository")

@@ -180,7 +180,7 @@ def main(argv=None) -> list[Path]:
     if args.max_batch_size < 1:
         raise SystemExit("error: --max-batch-size must be >= 1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from zoo.wordpiece import load_tokenizer
+    from zoo.data.wordpiece import load_tokenizer
 
     vocab_size = load_tokenizer(args.vocab).get_vocab_size()
     model = load_squad_model(args.checkpoint, vocab_size, args.model)

@@ -1,4 +1,4 @@
-"""SQuAD v1.1 fine-tuning and prediction in TensorFlow 2 / Keras, scored with the official EM/F1 (``zoo.squad``,
+"""SQuAD v1.1 fine-tuning and prediction in TensorFlow 2 / Keras, scored with the official EM/F1 (``zoo.data.squad``,
 the scorer the PyTorch BERT uses).
 
     python -m bert_tf.finetune_squad --do-train --do-predict --data-dir data/squad --vocab vocab.txt \\
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from zoo.cli import add_run_args, add_target_arg, entry_point, recipe_from_args
 from zoo.cli import parse_args as parse_shared_args
-from zoo.squad import DEV_FILE, TRAIN_FILE, check_target_f1, complete_squad_args
+from zoo.data.squad import DEV_FILE, TRAIN_FILE, check_target_f1, complete_squad_args
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 PRECISIONS = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
@@ -149,8 +149,8 @@ def predict(model, features, batch_size: int = 64) -> tuple[np.ndarray, np.ndarr
 
 def predict_and_score(model, recipe, tokenizer, predict_file, results: Path) -> dict:
     """Answers of ``predict_file`` (written to results/predictions.json), scored: ``{"exact_match", "f1"}`` %."""
+    from zoo.data.squad import best_spans, evaluate_predictions, make_features, read_squad
     from zoo.io import atomic_write
-    from zoo.squad import best_spans, evaluate_predictions, make_features, read_squad
 
     examples, raw = read_squad(predict_file)
     features = make_features(
@@ -234,9 +234,9 @@ def main(argv=None) -> dict | None:
     args = parse_args(argv)
     recipe = build_recipe(args)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from zoo.squad import make_features, read_squad
+    from zoo.data.squad import make_features, read_squad
+    from zoo.data.wordpiece import load_tokenizer
     from zoo.tf import make_runtime
-    from zoo.wordpiece import load_tokenizer
 
     # both files are checked before anything is trained or written
     train_examples = read_squad(args.train_file)[0] if args.do_train else None

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Get and prepare BERT data with the sample code both BERTs share (python -m zoo.bert_data; the shards
+# Get and prepare BERT data with the sample code both BERTs share (python -m zoo.data.bert_prepare; the shards
 # are the PyTorch BERT's format). Sub-commands (each has --help); --data-dir defaults to $DATA_DIR:
 #   wikipedia --data-dir DIR [--dump FILE]   download the latest English Wikipedia dump (resumable) and
 #                                            extract it to text files (one sentence per line) in DIR/text
@@ -16,7 +16,7 @@ PY="${PYTHON:-python}"
 if [[ $# -eq 0 || "$1" == "-h" || "$1" == "--help" ]]; then
   sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   echo "usage: download_data.sh {wikipedia,vocab,prepare,squad,phase1,phase2} --data-dir DIR [options]"
-  exec "$PY" -m zoo.bert_data --help
+  exec "$PY" -m zoo.data.bert_prepare --help
 fi
 command=$1
 shift
@@ -36,10 +36,10 @@ case "$command" in
     done
     [[ -n "$out" ]] || { echo "error: $command needs --data-dir DIR (or DATA_DIR)" >&2; exit 2; }
     seq=128; [[ "$command" == phase2 ]] && seq=512
-    [[ -d "$out/wikipedia/text" ]] || "$PY" -m zoo.bert_data wikipedia --data-dir "$out/wikipedia"
-    [[ -f "$out/vocab/vocab.txt" ]] || "$PY" -m zoo.bert_data vocab --data-dir "$out/vocab"
-    exec "$PY" -m zoo.bert_data prepare --input "$out/wikipedia/text" --vocab "$out/vocab/vocab.txt" \
+    [[ -d "$out/wikipedia/text" ]] || "$PY" -m zoo.data.bert_prepare wikipedia --data-dir "$out/wikipedia"
+    [[ -f "$out/vocab/vocab.txt" ]] || "$PY" -m zoo.data.bert_prepare vocab --data-dir "$out/vocab"
+    exec "$PY" -m zoo.data.bert_prepare prepare --input "$out/wikipedia/text" --vocab "$out/vocab/vocab.txt" \
       --data-dir "$out/$command" --max-seq "$seq"
     ;;
-  *) exec "$PY" -m zoo.bert_data "$command" "$@" ;;
+  *) exec "$PY" -m zoo.data.bert_prepare "$command" "$@" ;;
 esac

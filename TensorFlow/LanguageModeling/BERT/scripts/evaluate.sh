@@ -3,7 +3,7 @@
 #   scripts/evaluate.sh --init-checkpoint results/squad --vocab data/bert/vocab/vocab.txt \
 #       --data-dir data/squad --results-dir results/squad_eval        # DATA_DIR/dev-v1.1.json
 #   scripts/evaluate.sh --score data/squad/dev-v1.1.json predictions.json   # score a predictions file
-# The scorer is the official v1.1 metric (zoo.squad), the one the PyTorch BERT uses.
+# The scorer is the official v1.1 metric (zoo.data.squad), the one the PyTorch BERT uses.
 # Every option: scripts/evaluate.sh --help (python -m bert_tf.finetune_squad --do-predict)
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -11,6 +11,6 @@ export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:$PYTHONPATH}"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 if [[ "${1:-}" == "--score" ]]; then
   shift
-  exec "${PYTHON:-python}" -m zoo.squad "$@"
+  exec "${PYTHON:-python}" -m zoo.data.squad "$@"
 fi
 exec "${PYTHON:-python}" -m bert_tf.finetune_squad --do-predict "$@"

@@ -31,14 +31,15 @@ def english_text() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_vocab(tmp_path_factory, english_text) -> Path:
-    from zoo.wordpiece import train_vocab
+    from zoo.data.wordpiece import train_vocab
 
     return train_vocab([english_text], tmp_path_factory.mktemp("vocab"), vocab_size=1000)
 
 
 @pytest.fixture(scope="session")
 def packed_data(tmp_path_factory, english_text, tiny_vocab) -> Path:
-    from zoo.bert_data import SampleSpec, prepare
+    from zoo.data.bert import SampleSpec
+    from zoo.data.bert_prepare import prepare
 
     out = tmp_path_factory.mktemp("packed128")
     prepare([english_text], tiny_vocab, out, SampleSpec(max_seq=64, max_predictions=10), shard_size=400)
@@ -83,8 +84,8 @@ def pretrained_run(packed_data, tmp_path_factory):
 def write_first_word_squad(path, english_text, count):
     """Questions whose answer is the first word of a paragraph of licence text (articles and
     punctuation skipped: they normalise to nothing, which no F1 can score)."""
-    from zoo.squad import normalize_answer
-    from zoo.text import read_documents
+    from zoo.data.squad import normalize_answer
+    from zoo.data.text import read_documents
 
     docs = [d for d in read_documents([english_text]) if len(d) >= 2][:count]
     paragraphs = []

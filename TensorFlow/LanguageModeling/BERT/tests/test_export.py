@@ -13,8 +13,8 @@ INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 def exported(squad_run, squad_data, tiny_vocab, tmp_path_factory):
     from bert_tf.export import load_squad_model, main
     from bert_tf.finetune_squad import predict
-    from zoo.squad import best_spans, make_features, read_squad
-    from zoo.wordpiece import load_tokenizer
+    from zoo.data.squad import best_spans, make_features, read_squad
+    from zoo.data.wordpiece import load_tokenizer
 
     run = squad_run[0]
     repo = tmp_path_factory.mktemp("repo")
@@ -76,9 +76,9 @@ def test_savedmodel_and_onnx_equal_keras(exported):
 
 
 def test_tritonserver_python_backend_answers_like_tensorflow(exported, tiny_vocab, tmp_path):
-    from zoo.squad import answer_through_triton
+    from zoo.data.squad import answer_through_triton
+    from zoo.data.wordpiece import load_tokenizer
     from zoo.triton.server import TritonServer
-    from zoo.wordpiece import load_tokenizer
 
     repo, examples, _, _, answers = exported
     only = tmp_path / "repo"

@@ -1,4 +1,4 @@
-"""SQuAD v1.1: the official metric (zoo.squad, shared with the PyTorch BERT) on hand-made cases, and a
+"""SQuAD v1.1: the official metric (zoo.data.squad, shared with the PyTorch BERT) on hand-made cases, and a
 tiny fine-tuning from the pretrained run that learns spans and stops at the target F1."""
 
 import json
@@ -13,7 +13,7 @@ TINY = str(MODEL_DIR / "configs" / "squad_tiny_cpu.yaml")
 
 
 def test_official_metric_on_hand_made_cases():
-    from zoo.squad import evaluate_predictions, exact_match, f1_score, normalize_answer
+    from zoo.data.squad import evaluate_predictions, exact_match, f1_score, normalize_answer
 
     assert normalize_answer("  The Quick, brown fox!  ") == "quick brown fox"
     assert exact_match("the Eiffel Tower.", "Eiffel tower") == 1.0

@@ -1,5 +1,5 @@
 """SQuAD v1.1 for both BERTs (numpy only): examples, windowed features (doc stride), answer-span decoding
-and the official metric (`python -m zoo.squad dev-v1.1.json predictions.json`).
+and the official metric (`python -m zoo.data.squad dev-v1.1.json predictions.json`).
 
 The metric follows the definition of the official v1.1 evaluation: answers are normalised
 (lower case, punctuation and the articles a/an/the removed, whitespace collapsed); exact match
@@ -17,6 +17,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from zoo.cli import entry_point
+from zoo.errors import UserError, one_line
 
 SQUAD_URLS = {
     "train-v1.1.json": "https://rajpurkar.github.io/SQuAD-explorer/dataset/train-v1.1.json",
@@ -50,9 +53,9 @@ def check_target_f1(recipe: dict, do_predict: bool) -> None:
     """``target_f1`` is a percentage and needs predictions on the dev set: one-line errors otherwise."""
     target = recipe.get("target_f1")
     if target is not None and not 1 < target <= 100:
-        raise SystemExit(f"error: target_f1 {target} is not a percentage in (1, 100] (e.g. 90.5)")
+        raise UserError(f"target_f1 {target} is not a percentage in (1, 100] (e.g. 90.5)")
     if target is not None and not do_predict:
-        raise SystemExit("error: --target-f1 needs --do-predict (F1 is measured on the dev set)")
+        raise UserError("--target-f1 needs --do-predict (F1 is measured on the dev set)")
 
 
 def normalize_answer(text: str) -> str:
@@ -91,7 +94,7 @@ def evaluate_predictions(dataset: list[dict], predictions: dict[str, str]) -> di
                 em += max(exact_match(predictions[qa["id"]], t) for t in truths)
                 f1 += max(f1_score(predictions[qa["id"]], t) for t in truths)
     if not total:
-        raise SystemExit("the SQuAD file holds no questions")
+        raise UserError("the SQuAD file holds no questions")
     return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1 / total}
 
 
@@ -111,13 +114,11 @@ def load_squad_json(path: str | Path) -> list[dict]:
     """The `data` list of a SQuAD JSON file."""
     path = Path(path)
     if not path.is_file():
-        raise SystemExit(f"SQuAD file {path} does not exist (scripts/download_data.sh squad fetches it)")
+        raise UserError(f"SQuAD file {path} does not exist (scripts/download_data.sh squad fetches it)")
     try:
         return json.loads(path.read_text(encoding="utf-8"))["data"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise SystemExit(
-            f"{path} is not a SQuAD JSON file: {type(e).__name__}: {str(e).splitlines()[0]}"
-        ) from None
+        raise UserError(f"{path} is not a SQuAD JSON file: {type(e).__name__}: {one_line(e)}") from None
 
 
 def read_squad(path: str | Path) -> tuple[list[Example], list[dict]]:
@@ -136,23 +137,23 @@ def read_squad(path: str | Path) -> tuple[list[Example], list[dict]]:
                     for answer in qa["answers"]:
                         _check_answer(path, qa["id"], answer, context)
                     if not qa["answers"]:
-                        raise SystemExit(
-                            f"error: {path}: question {qa['id']} has no answer (SQuAD v1.1 gives each one)"
+                        raise UserError(
+                            f"{path}: question {qa['id']} has no answer (SQuAD v1.1 gives each one)"
                         )
                     answer = qa["answers"][0]
                     examples.append(
                         Example(qa["id"], qa["question"], context, answer["answer_start"], answer["text"])
                     )
     except (KeyError, TypeError) as e:
-        raise SystemExit(f"error: {path} is not a SQuAD v1.1 file: a question lacks {e}") from None
+        raise UserError(f"{path} is not a SQuAD v1.1 file: a question lacks {e}") from None
     return examples, raw
 
 
 def _check_answer(path, qid: str, answer: dict, context: str) -> None:
     start, text = answer["answer_start"], answer["text"]
     if not isinstance(start, int) or start < 0 or start + len(text) > len(context):
-        raise SystemExit(
-            f"error: {path}: question {qid} has answer_start {start!r} with {len(text)} characters, "
+        raise UserError(
+            f"{path}: question {qid} has answer_start {start!r} with {len(text)} characters, "
             f"past its context of {len(context)} characters"
         )
 
@@ -187,7 +188,7 @@ def make_features(
         q_ids = q.ids[:max_query]
         room = max_seq - len(q_ids) - 3
         if room < 1:
-            raise SystemExit(f"max_seq {max_seq} leaves no room for the context of question {example.qid}")
+            raise UserError(f"max_seq {max_seq} leaves no room for the context of question {example.qid}")
         c_ids, c_offsets = np.asarray(c.ids, np.int64), np.asarray(c.offsets, np.int64).reshape(-1, 2)
         answer_tokens = _answer_token_span(example, c_offsets)
         starts = [0]
@@ -311,11 +312,13 @@ def request_inputs(features, batch: int) -> list[dict]:
     return requests
 
 
+@entry_point
 def main(argv=None) -> None:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m zoo.squad", description="Score SQuAD v1.1 predictions: exact match and F1 (percent)."
+        prog="python -m zoo.data.squad",
+        description="Score SQuAD v1.1 predictions: exact match and F1 (percent).",
     )
     parser.add_argument("dataset", help="dev-v1.1.json")
     parser.add_argument("predictions", help="JSON {question id: answer text}")
@@ -324,7 +327,7 @@ def main(argv=None) -> None:
     try:
         predictions = json.loads(Path(args.predictions).read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise SystemExit(f"cannot read predictions {args.predictions}: {e}") from None
+        raise UserError(f"cannot read predictions {args.predictions}: {e}") from None
     print(json.dumps(evaluate_predictions(raw, predictions)))
 
 

@@ -9,6 +9,8 @@ import tempfile
 
 import numpy as np
 
+from zoo.errors import UserError
+
 _MARKER = ".zoo_digits.json"
 _EXTENSIONS = {"JPEG": ".jpg", "PNG": ".png"}
 
@@ -26,7 +28,7 @@ def make_digits_imagefolder(
     from sklearn.datasets import load_digits
 
     if fmt not in _EXTENSIONS:
-        raise SystemExit(f"image format {fmt!r} is not one of {', '.join(_EXTENSIONS)}")
+        raise UserError(f"image format {fmt!r} is not one of {', '.join(_EXTENSIONS)}")
     root = pathlib.Path(root)
     params = {"image_size": image_size, "val_fraction": val_fraction, "seed": seed, "fmt": fmt}
     marker = root / _MARKER

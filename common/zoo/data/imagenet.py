@@ -3,7 +3,7 @@
 The licence means the user downloads the tarballs from image-net.org; this module checks and
 unpacks them:
 
-    python -m zoo.imagenet --train-tar ILSVRC2012_img_train.tar --val-tar ILSVRC2012_img_val.tar \\
+    python -m zoo.data.imagenet --train-tar ILSVRC2012_img_train.tar --val-tar ILSVRC2012_img_val.tar \\
         --devkit ILSVRC2012_devkit_t12.tar.gz --out-dir /data/imagenet [--md5]
 
 ``ILSVRC2012_img_train.tar`` holds one tar per class (``n01440764.tar``, ...);
@@ -23,6 +23,8 @@ import re
 import shutil
 import tarfile
 
+from zoo.cli import entry_point
+from zoo.errors import UserError
 from zoo.log import MetricsLogger
 
 OFFICIAL_MD5 = {
@@ -45,7 +47,7 @@ def prepare_imagenet(train_tar, val_tar, devkit_tar, out_dir, *, verify_md5: boo
     inputs = {"train": train_tar, "val": val_tar, "devkit": devkit_tar}
     for role, path in inputs.items():
         if path is not None and not pathlib.Path(path).is_file():
-            raise SystemExit(f"ImageNet {role} file not found: {path}")
+            raise UserError(f"ImageNet {role} file not found: {path}")
     if verify_md5:
         for role, path in inputs.items():
             if path is not None and not _is_label_file(path):
@@ -82,11 +84,11 @@ def read_val_labels(devkit) -> dict[str, str]:
             id_to_wnid = _read_meta(meta)
             ids = [int(line) for line in truth.read().decode().split()]
     except tarfile.TarError as e:
-        raise SystemExit(f"devkit {devkit} is not a readable tarball: {e}") from None
+        raise UserError(f"devkit {devkit} is not a readable tarball: {e}") from None
     try:
         return {f"ILSVRC2012_val_{i:08d}.JPEG": id_to_wnid[k] for i, k in enumerate(ids, 1)}
     except KeyError as e:
-        raise SystemExit(f"devkit {devkit}: ground truth ILSVRC2012_ID {e} is not in meta.mat") from None
+        raise UserError(f"devkit {devkit}: ground truth ILSVRC2012_ID {e} is not in meta.mat") from None
 
 
 def _is_label_file(path) -> bool:
@@ -103,11 +105,11 @@ def _read_label_file(path: pathlib.Path) -> dict[str, str]:
         if wnid is None:
             if number == 1:  # a header line
                 continue
-            raise SystemExit(f"{path}:{number}: expected 'filename,wnid', got {line.strip()!r}")
+            raise UserError(f"{path}:{number}: expected 'filename,wnid', got {line.strip()!r}")
         name = fields[0] if "." in fields[0] else fields[0] + ".JPEG"
         labels[name] = wnid
     if not labels:
-        raise SystemExit(f"{path} holds no 'filename,wnid' lines")
+        raise UserError(f"{path} holds no 'filename,wnid' lines")
     return labels
 
 
@@ -115,7 +117,7 @@ def _member(tar: tarfile.TarFile, members: dict, suffix: str, devkit):
     for name, member in members.items():
         if name.endswith(suffix):
             return tar.extractfile(member)
-    raise SystemExit(f"devkit {devkit} has no {suffix}")
+    raise UserError(f"devkit {devkit} has no {suffix}")
 
 
 def _read_meta(fileobj) -> dict[int, str]:
@@ -133,7 +135,7 @@ def _check_md5(role: str, path: pathlib.Path) -> None:
         while chunk := f.read(1 << 22):
             digest.update(chunk)
     if digest.hexdigest() != OFFICIAL_MD5[role]:
-        raise SystemExit(
+        raise UserError(
             f"{path}: md5 {digest.hexdigest()} is not the official ILSVRC2012 {role} md5 {OFFICIAL_MD5[role]}"
         )
 
@@ -161,9 +163,7 @@ def _extract_train(
             images += n
             log.progress(classes, items=n)
     if classes == 0:
-        raise SystemExit(
-            f"{train_tar} holds no per-class tars (n01440764.tar, ...): is it the train tarball?"
-        )
+        raise UserError(f"{train_tar} holds no per-class tars (n01440764.tar, ...): is it the train tarball?")
     return {"images": images, "classes": classes}
 
 
@@ -181,12 +181,12 @@ def _extract_val(val_tar: pathlib.Path, labels: dict, dest: pathlib.Path, stagin
                 if not member.isfile():
                     continue
                 if name not in labels:
-                    raise SystemExit(f"{val_tar}: {name} has no label in the devkit/label file")
+                    raise UserError(f"{val_tar}: {name} has no label in the devkit/label file")
                 _write(tar.extractfile(member), staging / labels[name] / name)
                 done += 1
                 log.progress(done, items=1)
         if done != len(labels):
-            raise SystemExit(f"{val_tar} holds {done} images but the labels list {len(labels)}")
+            raise UserError(f"{val_tar} holds {done} images but the labels list {len(labels)}")
         staging.rename(dest)
     folders = [d for d in dest.iterdir() if d.is_dir()]
     return {"images": sum(len(list(d.iterdir())) for d in folders), "classes": len(folders)}
@@ -211,9 +211,10 @@ def _write(fileobj, path: pathlib.Path) -> None:
         shutil.copyfileobj(fileobj, f, 1 << 20)
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m zoo.imagenet",
+        prog="python -m zoo.data.imagenet",
         description="Check the ILSVRC2012 tarballs you downloaded and lay them out as "
         "OUT/train/<wnid>/*.JPEG and OUT/val/<wnid>/*.JPEG.",
     )

@@ -13,6 +13,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from zoo.errors import UserError
+
 WIKIPEDIA_URL = "https://dumps.wikimedia.org/enwiki/latest/enwiki-latest-pages-articles.xml.bz2"
 # written into the extraction folder after its last file: a folder without it is unfinished
 EXTRACTION_MARKER = ".complete"
@@ -69,8 +71,8 @@ def expand_text_paths(paths: Iterable[str | Path]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir():
             if is_unfinished_extraction(p):
-                raise SystemExit(
-                    f"error: {p} is an unfinished Wikipedia extraction (no {EXTRACTION_MARKER} marker): "
+                raise UserError(
+                    f"{p} is an unfinished Wikipedia extraction (no {EXTRACTION_MARKER} marker): "
                     "run scripts/download_data.sh wikipedia again"
                 )
             files += sorted(
@@ -81,9 +83,9 @@ def expand_text_paths(paths: Iterable[str | Path]) -> list[Path]:
         elif p.is_file():
             files.append(p)
         else:
-            raise SystemExit(f"text input {p} does not exist")
+            raise UserError(f"text input {p} does not exist")
     if not files:
-        raise SystemExit(f"no text files in {[str(p) for p in paths]}")
+        raise UserError(f"no text files in {[str(p) for p in paths]}")
     unique = {f.resolve(): f for f in files}  # symlinked duplicates (GPL -> GPL-3) once
     return list(unique.values())
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from zoo.errors import UserError
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # The vocabulary of bert-large-uncased (identical to bert-base-uncased's): 30,522 WordPieces.
 UNCASED_VOCAB_URL = "https://huggingface.co/google-bert/bert-large-uncased/resolve/main/vocab.txt"
@@ -17,11 +19,11 @@ def load_tokenizer(vocab: str | Path, *, lowercase: bool = True):
 
     vocab = Path(vocab)
     if not vocab.is_file():
-        raise SystemExit(f"vocabulary {vocab} does not exist (scripts/download_data.sh vocab fetches it)")
+        raise UserError(f"vocabulary {vocab} does not exist (scripts/download_data.sh vocab fetches it)")
     lines = vocab.read_text(encoding="utf-8").splitlines()
     missing = [t for t in SPECIAL_TOKENS if t not in lines]
     if missing:
-        raise SystemExit(f"vocabulary {vocab} lacks the special tokens {missing}: not a BERT vocab.txt")
+        raise UserError(f"vocabulary {vocab} lacks the special tokens {missing}: not a BERT vocab.txt")
     return BertWordPieceTokenizer(str(vocab), lowercase=lowercase)
 
 
@@ -29,7 +31,7 @@ def train_vocab(files: Iterable[str | Path], out_dir: str | Path, *, vocab_size:
     """Train a WordPiece vocabulary on text files (or directories of them); returns vocab.txt."""
     from tokenizers import BertWordPieceTokenizer
 
-    from zoo.text import expand_text_paths
+    from zoo.data.text import expand_text_paths
 
     tokenizer = BertWordPieceTokenizer(lowercase=True)
     tokenizer.train(
