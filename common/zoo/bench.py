@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from zoo.errors import UserError
 from zoo.io import atomic_write
 
 SCHEMA = "zoo.bench/v1"
@@ -180,7 +181,7 @@ def format_profile(profile: dict, rows: int = 12) -> str:
 def inductor_options(items) -> dict:
     """``["triton.mix_order_reduction_split_size=64", "coordinate_descent_tuning=true"]`` -> a dict
     of torch._inductor.config entries with typed values (int, float, true/false, none, else the
-    string); an unknown key or an item without ``=`` is a one-line error (SystemExit)."""
+    string); an unknown key or an item without ``=`` is a UserError."""
     import torch._inductor.config as inductor_config
 
     known = inductor_config.get_config_copy()
@@ -189,9 +190,9 @@ def inductor_options(items) -> dict:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise SystemExit(f"inductor option {item!r}: expected KEY=VALUE")
+            raise UserError(f"inductor option {item!r}: expected KEY=VALUE")
         if key not in known:
-            raise SystemExit(f"inductor option {item!r}: torch._inductor.config has no {key!r}")
+            raise UserError(f"inductor option {item!r}: torch._inductor.config has no {key!r}")
         value = text.strip()
         lowered = value.lower()
         if lowered in ("true", "false"):

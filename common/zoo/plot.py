@@ -23,6 +23,8 @@ import math
 import pathlib
 import sys
 
+from zoo.cli import entry_point
+from zoo.errors import UserError
 from zoo.metrics import LOSS_PART_PREFIX, quality_metrics
 
 METRICS_FILE = "metrics.jsonl"
@@ -94,19 +96,18 @@ def collect_series(records: list[dict]) -> dict[str, dict[str, Series]]:
 def plot_run(results_dir, output=None) -> pathlib.Path:
     """Draw RESULTS_DIR/metrics.jsonl to ``output`` (default RESULTS_DIR/metrics.png); return its path.
 
-    Raises SystemExit with a one-line error for a missing folder, a missing metrics.jsonl, or a file
-    without numeric metrics.
+    Raises UserError for a missing folder, a missing metrics.jsonl, or a file without numeric metrics.
     """
     results_dir = pathlib.Path(results_dir)
     if not results_dir.is_dir():
-        raise SystemExit(f"error: results folder {results_dir} does not exist")
+        raise UserError(f"results folder {results_dir} does not exist")
     metrics_path = results_dir / METRICS_FILE
     if not metrics_path.is_file():
-        raise SystemExit(f"error: {results_dir} has no {METRICS_FILE} (write it with zoo.log.MetricsLogger)")
+        raise UserError(f"{results_dir} has no {METRICS_FILE} (write it with zoo.log.MetricsLogger)")
     records, unreadable = read_records(metrics_path)
     panels = collect_series(records)
     if not panels:
-        raise SystemExit(f"error: {metrics_path} has no numeric loss, quality or throughput metrics to plot")
+        raise UserError(f"{metrics_path} has no numeric loss, quality or throughput metrics to plot")
     if unreadable:
         print(f"note: skipped {unreadable} line(s) of {metrics_path} that are not JSON", file=sys.stderr)
     output = pathlib.Path(output) if output else results_dir / "metrics.png"
@@ -118,7 +119,7 @@ def _draw(panels: dict[str, dict[str, Series]], output: pathlib.Path, title: str
     try:
         import matplotlib
     except ImportError:
-        raise SystemExit("error: zoo.plot needs matplotlib (pip install matplotlib)") from None
+        raise UserError("zoo.plot needs matplotlib (pip install matplotlib)") from None
     matplotlib.use("Agg")  # headless: no display on training nodes
     from matplotlib import pyplot
 
@@ -161,6 +162,7 @@ def _is_number(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and not math.isinf(value)
 
 
+@entry_point
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m zoo.plot",
