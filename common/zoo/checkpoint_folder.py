@@ -75,7 +75,7 @@ def save_folder(directory, state: dict, write: Callable[[Path], None], *, keep: 
 
 def read_state(path, *, name: str, what: str, flag: str = "--resume") -> dict:
     """The state.json of the checkpoint at ``path`` (a results directory, its checkpoint/ folder, its
-    latest.json or one step-N folder), with ``folder`` added. A path that holds no checkpoint, a torn
+    latest.json, one step-N folder or its state.json), with ``folder`` added. A path that holds no checkpoint, a torn
     one or another model's (``name`` differs) ends in one line naming ``flag`` and ``path``."""
     folder = _folder_of(Path(path), flag, what)
     try:
@@ -110,6 +110,8 @@ def _folder_of(path: Path, flag: str, what: str) -> Path:
         return folder
     if (path / STATE).is_file():
         return path
+    if path.name == STATE and path.is_file():
+        return path.parent
     if not path.exists():
         raise UserError(f"{flag} {path}: no such checkpoint")
     raise UserError(f"{flag} {path} is not {what} (no {CHECKPOINT_NAME}/{LATEST} or {STATE})")
