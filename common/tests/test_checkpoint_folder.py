@@ -30,6 +30,7 @@ def test_latest_names_the_newest_folder_and_keep_leaves_the_newest(tmp_path):
         checkpoint_pointer(tmp_path),
         tmp_path / CHECKPOINT_NAME,
         tmp_path / CHECKPOINT_NAME / "step-8",
+        tmp_path / CHECKPOINT_NAME / "step-8" / "state.json",
     ):
         assert read_state(path, name="demo", what=WHAT)["step"] in (8, 12)
     save(tmp_path, 12, payload="again")  # the same step: a folder of its own; keep=1 leaves it alone
