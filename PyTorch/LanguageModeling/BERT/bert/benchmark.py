@@ -1,8 +1,9 @@
-"""Pretraining throughput: our recipe's training step next to transformers.BertForPreTraining, one process.
+"""Pretraining throughput: our recipe's training step next to transformers.BertForPreTraining, one process;
+with ``--gpus 1,2,4`` the scaling of that step over GPU counts (``zoo.scaling``).
 
 "Ours" is the recipe (``--recipe``, default the 1-GPU phase-1 recipe, and ``--set`` overrides): the
-model, LAMB, precision, weights and compile mode of ``bert.step.PretrainingStep``, the step
-``pretrain.py`` trains with; every lever is a recipe key. Hugging Face's ``BertForPreTraining``
+model, LAMB, precision, weights and compile mode of ``bert.step.pretraining_step``, the step
+``pretrain.py`` trains with through ``bert.engine``; every lever is a recipe key. Hugging Face's ``BertForPreTraining``
 runs as a user writes it: SDPA attention, the MLM head over every token with -100 labels elsewhere,
 fused AdamW, the recipe's autocast, ``torch.compile`` (default mode) when the recipe compiles.
 Both start from the same weights.
@@ -13,6 +14,11 @@ Data: by default synthetic full-length sequences (phase 1: no padding, so packin
 Debian machine; WordPiece vocabulary trained on it): ours trains on packed samples, Hugging Face
 on the same sequences one per sample, padded; throughput counts real sequences, and the report
 gives both padding fractions.
+Scaling mode (``--gpus 1,2,4 [--recipe ...] [--set ...] [--batch-size N] [--window-seconds S]``): for each
+GPU count, the same launcher as ``train.sh`` starts the recipe's step on synthetic full-length samples of
+``run.batch_per_gpu`` (per-GPU batch fixed), DDP-wrapped as in training; one timed call is one optimizer
+step of ``run.accumulation`` micro-batches (gradients all-reduced on the last). Steady-state windows, the
+replicas' weights compared after them, scaling against 1 GPU of the same call (``zoo.scaling``).
 Needs torch, transformers, this package and zoo (scripts/benchmark.sh puts common/ on the path).
 """
 
@@ -29,18 +35,26 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import zoo.scaling
 from zoo.bench import KERNEL_FAMILIES, format_profile, measure, profile_step, write_report
 from zoo.cli import add_run_args, entry_point, recipe_from_args
 from zoo.cli import parse_args as parse_cli_args
+from zoo.errors import UserError
+from zoo.recipe import run_config
 from zoo.torch import autocast, fast_math, parameter_groups
 
 from bert.convert import ours_to_hf
+from bert.data import SampleSpec, SyntheticBatches
 from bert.lamb import Lamb
-from bert.step import PretrainingStep, build_model, compile_mode_of
+from bert.step import DEFAULT_RECIPE, build_model, compile_mode_of, pretraining_step
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 DEFAULT_TEXT = "/usr/share/common-licenses"
-FLAG_KEYS = {"batch_size": "batch_size", "accumulation": "accumulation", "model": "model"}
+# recipe keys of this benchmark's own flags (zoo.cli.RUN_FLAGS maps --batch-size and --accumulation)
+FLAG_KEYS = {"model": "model"}
+# bert-large-uncased's vocabulary: the embedding rows of the scaling mode's model
+VOCAB_SIZE = 30522
+# different synthetic micro-batches the scaling mode cycles through
+SCALING_BATCHES = 8
 # Kernel families of a BERT step for zoo.bench.profile_step (the LAMB kernels first).
 BERT_FAMILIES = (
     ("optimizer (LAMB / Adam kernels)", ("_moments_kernel", "_apply_kernel", "multi_tensor_apply", "adam")),
@@ -78,6 +92,7 @@ def real_text_batches(
 
     from bert.data import PretrainingBatches
 
+    run = run_config(recipe)
     facts = {}
     with tempfile.TemporaryDirectory() as tmp:
         vocab = train_vocab([text], Path(tmp) / "vocab", vocab_size=vocab_size)
@@ -90,19 +105,19 @@ def real_text_batches(
                 short_seq_prob=0.0,
             )
             out = Path(tmp) / ("packed" if packing else "padded")
-            meta = prepare([text], vocab, out, spec, workers=1, seed=recipe["seed"])
+            meta = prepare([text], vocab, out, spec, workers=1, seed=run.seed)
             name = "packed" if packing else "padded"
             facts[name] = {
                 "samples": meta["samples"],
                 "sequences": meta["sequences"],
                 "padding_fraction": 1 - meta["tokens"] / (meta["samples"] * spec.max_seq),
             }
-            data = PretrainingData(out, seed=recipe["seed"])
-            loader = PretrainingBatches(data, recipe["batch_size"])
+            data = PretrainingData(out, seed=run.seed)
+            loader = PretrainingBatches(data, run.batch_per_gpu)
             taken = min(count, loader.steps_per_epoch)
             batches[name] = [_to_device(loader[i], device) for i in range(taken)]
     if facts["packed"]["sequences"] != facts["padded"]["sequences"]:
-        raise SystemExit("packed and padded samples hold different sequences: the pipeline changed")
+        raise UserError("packed and padded samples hold different sequences: the pipeline changed")
     facts["vocab"] = f"WordPiece trained on {text}"
     return batches["packed"], [hf_padded(b) for b in batches["padded"]], facts
 
@@ -151,12 +166,12 @@ def hf_model(config, device):
 
 
 def ours_step(model, recipe: dict, batches: list[dict], device):
-    """One optimizer step of the recipe's PretrainingStep over the next micro-batches of ``batches`` (cycled)."""
-    step = PretrainingStep(model, recipe, device)
+    """One optimizer step of the recipe's training step over the next micro-batches of ``batches`` (cycled)."""
+    step = pretraining_step(model, recipe, device)
     feed = itertools.cycle(batches)
 
     def call():
-        return step(feed)[0]
+        return step(feed)[0]["loss"]
 
     call.optimizer, call.compile_mode = step.optimizer, step.compile_mode
     return call
@@ -206,7 +221,8 @@ def run(args, recipe: dict) -> tuple[list[dict], dict]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     fast_math(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    amp, seq, batch_size = recipe["amp"], recipe["max_seq"], recipe["batch_size"]
+    run = run_config(recipe)
+    amp, seq, batch_size = run.precision, recipe["max_seq"], run.batch_per_gpu
     if args.text:
         ours_batches, hf_batches, facts = real_text_batches(
             recipe, args.text, args.vocab_size, args.iters, device
@@ -214,21 +230,21 @@ def run(args, recipe: dict) -> tuple[list[dict], dict]:
     else:
         batch = synthetic_batch(batch_size, seq, recipe["max_predictions"], args.vocab_size, device)
         ours_batches, hf_batches, facts = [batch], [hf_dense(batch)], {"data": "synthetic, full length"}
-    hf_compiled = compile_mode_of(recipe.get("compile")) is not None
+    hf_compiled = compile_mode_of(recipe["compile"]) is not None
     results = []
     for kind in args.models:
         model = build_model(recipe, args.vocab_size, nsp=False).to(device)
         if kind == "ours":
             timed_model, call = model, ours_step(model, recipe, ours_batches, device)
-            batches, calls_per_batch = ours_batches, recipe["accumulation"]
+            batches, calls_per_batch = ours_batches, run.accumulation
         else:  # the same initial weights
             timed_model = hf_model(model.config, device)
             missing, unexpected = timed_model.load_state_dict(ours_to_hf(model.state_dict()), strict=False)
             assert not unexpected, unexpected
             del model
             timed_model.train()
-            call = hf_step(timed_model, hf_batches, amp, device, hf_compiled, recipe["accumulation"])
-            batches, calls_per_batch = hf_batches, recipe["accumulation"]
+            call = hf_step(timed_model, hf_batches, amp, device, hf_compiled, run.accumulation)
+            batches, calls_per_batch = hf_batches, run.accumulation
         optimizer = call.optimizer
         # a call takes `calls_per_batch` batches of the cycle: with as many batches as steps in a window
         # (real text), every window counts the same sequences
@@ -263,7 +279,7 @@ def run(args, recipe: dict) -> tuple[list[dict], dict]:
                 "accumulation": calls_per_batch,
                 "compile": call.compile_mode if kind == "ours" else ("default" if hf_compiled else None),
                 "weights": weights_label(timed_model, optimizer),
-                "optimizer": f"lamb ({recipe['optimizer'].get('implementation', 'auto')})"
+                "optimizer": f"lamb ({recipe['optimizer']['implementation']})"
                 if kind == "ours"
                 else "adamw fused",
                 "first_step_s": first_step_s,
@@ -303,7 +319,7 @@ def optimizer_only(args, recipe: dict) -> list[dict]:
     chosen = args.optimizers.split(",") if args.optimizers else list(variants)
     unknown = sorted(set(chosen) - set(variants))
     if unknown:
-        raise SystemExit(f"error: --optimizers: unknown {unknown}; known: {', '.join(variants)}")
+        raise UserError(f"--optimizers: unknown {unknown}; known: {', '.join(variants)}")
     results = []
     for name in chosen:
         optimizer = variants[name]()
@@ -325,11 +341,44 @@ def optimizer_only(args, recipe: dict) -> list[dict]:
     return results
 
 
+def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
+    """The scaling mode's step: the recipe's pretraining step (``bert.step.pretraining_step``: DDP over
+    ``world_size`` ranks and compiled as training does) over synthetic full-length samples of
+    run.batch_per_gpu (``bert.data.SyntheticBatches``, the data of ``pretrain.py --synthetic``, a few
+    micro-batches cycled). One call is one optimizer step: run.accumulation micro-batches, gradients
+    all-reduced on the last one only."""
+    import torch.distributed as dist
+
+    run = run_config(recipe)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    spec = SampleSpec(max_seq=recipe["max_seq"], max_predictions=recipe["max_predictions"], packing=False)
+    source = SyntheticBatches(run.batch_per_gpu, spec, VOCAB_SIZE, seed=run.seed + rank)
+    batches = [_to_device(source[i], device) for i in range(SCALING_BATCHES)]
+    model = build_model(recipe, VOCAB_SIZE, nsp=False).to(device)
+    step = pretraining_step(model, recipe, device, rank=rank, world_size=world_size)
+    feed = itertools.cycle(batches)
+    return zoo.scaling.Step(
+        lambda: step(feed), items=run.batch_per_gpu * run.accumulation, unit="seq/s", model=model
+    )
+
+
+SCALING_HELP = """scaling mode: scripts/benchmark.sh --gpus 1,2,4 [--recipe FILE] [--set KEY=VALUE] [--batch-size N]
+[--amp ...] [--window-seconds S] [--windows N] [--warmup N] [--output FILE] times the recipe's training
+step on 1, 2 and 4 GPUs (per-GPU batch fixed, one optimizer step of run.accumulation micro-batches a
+call) through the launcher of train.sh; prints throughput, scaling against 1 GPU, whether the replicas
+hold equal weights, the command, device and date (scripts/benchmark.sh --gpus 1 --help: every option)."""
+
+
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bert.benchmark", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bert.benchmark",
+        description=__doc__.splitlines()[0],
+        epilog=SCALING_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_run_args(
         p,
-        default_recipe=CONFIG_DIR / "pretrain_phase1_1gpu.yaml",
+        default_recipe=DEFAULT_RECIPE,
         data_dir=False,
         results_dir=False,
         resume=False,
@@ -337,10 +386,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--model", help="ours and Hugging Face: bert-large, bert-base, bert-tiny (recipe key model)"
     )
-    p.add_argument("--batch-size", type=int, help="samples per micro-batch (recipe key batch_size)")
+    p.add_argument("--batch-size", type=int, help="samples per micro-batch (recipe key run.batch_per_gpu)")
     p.add_argument(
         "--accumulation", type=int, default=1,
-        help="ours and Hugging Face: micro-batches per timed optimizer step (recipe key accumulation; default 1, "
+        help="ours and Hugging Face: micro-batches per timed optimizer step (run.accumulation; default 1, "
         "an optimizer step after every micro-batch, the least favourable case for ours' LAMB: the 1-GPU "
         "recipe's 1,024 would make one timed step last a minute)",
     )  # fmt: skip
@@ -374,6 +423,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 @entry_point
 def main(argv=None) -> None:
+    if zoo.scaling.asked_for(argv):
+        zoo.scaling.main(argv, module="bert.benchmark", build=scaling_step, default_recipe=DEFAULT_RECIPE)
+        return
     args = parse_args(argv)
     recipe = recipe_from_args(args, FLAG_KEYS)
     if args.optimizer_only:

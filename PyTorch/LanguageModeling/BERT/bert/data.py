@@ -2,7 +2,8 @@
 masking, shards, the data-preparation command line; the TensorFlow BERT reads the same shards).
 
 ``PretrainingBatches`` item ``step`` is this rank's slice of global batch ``step`` (exact resume,
-independent of loader workers); ``SyntheticBatches`` gives random full-length samples.
+independent of loader workers); ``SyntheticBatches`` gives random full-length samples; ``SquadBatches``
+item ``k`` is this rank's k-th micro-batch of SQuAD windows, shuffled per epoch.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 from zoo.data.bert import PretrainingData, SampleSpec, ShardError
+from zoo.errors import UserError
 
-__all__ = ["PretrainingBatches", "PretrainingData", "SampleSpec", "ShardError", "SyntheticBatches", "collate"]
+__all__ = [
+    "PretrainingBatches", "PretrainingData", "SampleSpec", "ShardError", "SquadBatches", "SyntheticBatches", "collate",
+]  # fmt: skip
 
 
 class PretrainingBatches(torch.utils.data.Dataset):
@@ -26,7 +30,7 @@ class PretrainingBatches(torch.utils.data.Dataset):
         self.global_batch = batch_size * world_size
         self.steps_per_epoch = len(data) // self.global_batch
         if self.steps_per_epoch == 0:
-            raise SystemExit(
+            raise UserError(
                 f"{len(data)} samples in {data.dir} are fewer than one global batch of {self.global_batch}"
             )
 
@@ -82,3 +86,33 @@ class SyntheticBatches(torch.utils.data.Dataset):
             "mlm_labels": torch.randint(5, self.vocab_size, (b, p), generator=g),
             "sequences": torch.tensor(b),
         }
+
+
+class SquadBatches(torch.utils.data.Dataset):
+    """Item ``k`` = this rank's k-th micro-batch of SQuAD training windows (``zoo.data.squad.Features``):
+    each epoch shuffles the windows from (seed, epoch) and deals them out a global batch at a time, so
+    a micro-batch is a function of its number."""
+
+    COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "start_positions", "end_positions")
+
+    def __init__(self, features, batch_size: int, seed: int, *, rank: int = 0, world_size: int = 1):
+        self.arrays = {k: torch.from_numpy(getattr(features, k)) for k in self.COLUMNS}
+        self.count, self.batch_size, self.seed = len(features), batch_size, seed
+        self.rank, self.world_size = rank, world_size
+        self.per_epoch = self.count // (batch_size * world_size)
+        if self.per_epoch == 0:
+            raise UserError(
+                f"{self.count} training windows are fewer than one global batch of {batch_size * world_size}"
+            )
+        self._order = (None, None)  # (epoch, its permutation)
+
+    def __len__(self) -> int:
+        return 1 << 40  # endless; the training loop decides when to stop
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        epoch, in_epoch = divmod(index, self.per_epoch)
+        if self._order[0] != epoch:
+            self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.count))
+        first = (in_epoch * self.world_size + self.rank) * self.batch_size
+        rows = torch.from_numpy(self._order[1][first : first + self.batch_size])
+        return {**{k: v[rows] for k, v in self.arrays.items()}, "sequences": torch.tensor(len(rows))}

@@ -17,6 +17,7 @@ from pathlib import Path
 from zoo.cli import entry_point
 from zoo.data.squad import Example, answer_through_triton, load_squad_json, make_features, request_inputs
 from zoo.data.wordpiece import load_tokenizer
+from zoo.errors import UserError
 
 
 def questions_of(path) -> list[Example]:
@@ -31,7 +32,7 @@ def questions_of(path) -> list[Example]:
             for qa in paragraph["qas"]
         ]
     except (KeyError, TypeError) as e:
-        raise SystemExit(f"error: {path} is not a SQuAD file: a question lacks {e}") from None
+        raise UserError(f"{path} is not a SQuAD file: a question lacks {e}") from None
 
 
 @entry_point
@@ -62,7 +63,7 @@ def main(argv=None) -> None:
     elif args.question and args.context:
         examples = [Example("question", args.question, args.context)]
     else:
-        raise SystemExit("give --question and --context, or --squad-file")
+        raise UserError("give --question and --context, or --squad-file")
     window = dict(protocol=args.protocol, max_seq=args.max_seq, doc_stride=args.doc_stride)
 
     with serve_or_connect(repo, args.model, url=args.url, protocol=args.protocol) as url:

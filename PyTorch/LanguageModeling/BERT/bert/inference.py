@@ -15,6 +15,7 @@ import copy
 from pathlib import Path
 
 import torch
+from zoo.errors import UserError
 from zoo.torch import amp_dtype
 
 from bert.model import BertConfig, BertForQuestionAnswering, bert_config
@@ -41,7 +42,7 @@ def load_squad_model(
 
     checkpoint = Path(checkpoint)
     if not checkpoint.exists():
-        raise SystemExit(f"error: checkpoint {checkpoint} does not exist")
+        raise UserError(f"checkpoint {checkpoint} does not exist")
     config = None
     try:
         saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
@@ -51,11 +52,11 @@ def load_squad_model(
         saved = None  # not a torch file: convert.load_into says what it is
     if config is None:
         if not (model_name and vocab_size):
-            raise SystemExit(f"error: {checkpoint} carries no config: give --model and --vocab")
+            raise UserError(f"{checkpoint} carries no config: give --model and --vocab")
         config = bert_config(model_name, vocab_size=vocab_size)
     model = BertForQuestionAnswering(config)
     try:
         convert.load_into(model, checkpoint, strict_heads=True)
     except CheckpointError as e:
-        raise SystemExit(f"error: {checkpoint}: {e}") from None
+        raise UserError(f"{checkpoint}: {e}") from None
     return model.eval()

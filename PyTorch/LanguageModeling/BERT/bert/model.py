@@ -11,67 +11,10 @@ The masked-LM head is evaluated only at the masked positions: the hidden states 
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-
-@dataclasses.dataclass
-class BertConfig:
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
-    intermediate_size: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    # Under autocast, keep the residual stream (the LayerNorm outputs) in fp32 instead of casting it
-    # to the autocast dtype. LayerNorm always computes in fp32; the cast halves the traffic of the
-    # residual path, as half-precision BERT recipes (apex O2) kept it.
-    fp32_residual: bool = False
-
-    def __post_init__(self):
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}"
-            )
-
-    @classmethod
-    def from_dict(cls, values: dict) -> BertConfig:
-        """Accepts our field names and the Hugging Face / Google `bert_config.json` names."""
-        aliases = {
-            "num_hidden_layers": "num_layers",
-            "num_attention_heads": "num_heads",
-            "hidden_dropout_prob": "hidden_dropout",
-            "attention_probs_dropout_prob": "attention_dropout",
-        }
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {}
-        for key, value in values.items():
-            key = aliases.get(key, key)
-            if key in fields:
-                kwargs[key] = value
-        return cls(**kwargs)
-
-
-CONFIGS = {
-    "bert-large": dict(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
-    "bert-base": dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072),
-    "bert-tiny": dict(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256),
-}
-
-
-def bert_config(name: str, **overrides) -> BertConfig:
-    """A named architecture (bert-large, bert-base, bert-tiny) with field overrides (vocab_size...)."""
-    if name not in CONFIGS:
-        raise SystemExit(f"unknown BERT config {name!r}; known: {', '.join(CONFIGS)}")
-    return BertConfig(**{**CONFIGS[name], **overrides})
+from zoo.bert import CONFIGS, BertConfig, bert_config  # noqa: F401 - the sizes both BERTs share, re-exported
 
 
 def attention_mask_from_seq_ids(seq_ids: torch.Tensor) -> torch.Tensor:

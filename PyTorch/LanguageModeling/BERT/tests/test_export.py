@@ -15,6 +15,7 @@ from bert.inference import inference_model, load_squad_model
 from bert.model import BertForQuestionAnswering, bert_config
 from zoo.data.squad import Example, best_spans, make_features
 from zoo.data.wordpiece import load_tokenizer
+from zoo.errors import UserError
 from zoo.triton.repository import single_model_repository
 
 
@@ -130,10 +131,10 @@ def test_tritonserver_answers_with_the_pytorch_span(exported, tiny_vocab, tmp_pa
 
 
 def test_export_bad_checkpoint_is_one_line_error(tmp_path):
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         load_squad_model(tmp_path / "none.pt", "bert-tiny", 1000)
     torch.save({"weights": 1}, tmp_path / "odd.pt")
-    with pytest.raises(SystemExit, match="carries no config"):
+    with pytest.raises(UserError, match="carries no config"):
         load_squad_model(tmp_path / "odd.pt", None, None)
 
 

@@ -42,10 +42,10 @@ def phase1(packed_data, tmp_path_factory):
 
 def test_tiny_bert_learns_english(phase1):
     metrics = train_metrics(phase1)
-    first, last = metrics[10]["mlm_loss"], metrics[40]["mlm_loss"]
+    first, last = metrics[10]["loss_mlm"], metrics[40]["loss_mlm"]
     assert first > 6.0  # ln(1000) = 6.9 at random
     assert last < first - 0.5, metrics
-    assert metrics[40]["sequences_per_s"] > 0
+    assert metrics[40]["throughput"] > 0
     accuracy = {step: m["mlm_accuracy"] for step, m in train_metrics(phase1, "eval").items()}
     assert sorted(accuracy) == [10, 20, 30, 40]  # eval_every 10 in the tiny recipe
     # 40 steps learn the most frequent tokens: far above chance (1 in the 1000-token vocabulary), and
@@ -76,7 +76,7 @@ def test_tensorboard_events_hold_the_logged_scalars(phase1):
     assert list((phase1 / "tensorboard").glob("events.out.tfevents.*"))
     events = EventAccumulator(str(phase1 / "tensorboard"))
     events.Reload()
-    for phase, name in (("train", "mlm_loss"), ("eval", "mlm_accuracy")):
+    for phase, name in (("train", "loss_mlm"), ("eval", "mlm_accuracy")):
         logged = {step: m[name] for step, m in train_metrics(phase1, phase).items()}
         scalars = {e.step: e.value for e in events.Scalars(f"{phase}/{name}")}
         assert sorted(scalars) == [10, 20, 30, 40]
@@ -87,7 +87,7 @@ def test_resume_continues_exactly(packed_data, tmp_path):
     args = ("--steps", "8", "--log-every", "4", "--checkpoint-every", "2")
     run(packed_data, tmp_path / "whole", *args)
     run(packed_data, tmp_path / "broken", *args, "--stop-after", "4")
-    assert torch.load(tmp_path / "broken" / "checkpoint.pt", weights_only=True)["step"] == 4
+    assert torch.load(tmp_path / "broken" / "checkpoint.pt", weights_only=False)["step"] == 4
     with pytest.raises(SystemExit, match="checkpoint.pt exists: pass --resume auto to continue it"):
         run(packed_data, tmp_path / "broken", *args)  # no --resume: finished work is never overwritten
     run(packed_data, tmp_path / "broken", *args, "--resume", "auto")
@@ -101,7 +101,7 @@ def test_resume_continues_exactly(packed_data, tmp_path):
     for key in whole:
         assert torch.equal(whole[key], broken[key]), key
     assert (
-        train_metrics(tmp_path / "whole")[8]["mlm_loss"] == train_metrics(tmp_path / "broken")[8]["mlm_loss"]
+        train_metrics(tmp_path / "whole")[8]["loss_mlm"] == train_metrics(tmp_path / "broken")[8]["loss_mlm"]
     )
 
 
@@ -126,8 +126,8 @@ def test_phase_two_starts_from_phase_one_weights(phase1, tmp_path, english_text,
     run(phase2, tmp_path / "scratch", *common)
     run(phase2, tmp_path / "p2", *common, "--init-checkpoint", str(phase1 / "model.pt"))
     assert (
-        train_metrics(tmp_path / "p2")[1]["mlm_loss"]
-        < train_metrics(tmp_path / "scratch")[1]["mlm_loss"] - 0.3
+        train_metrics(tmp_path / "p2")[1]["loss_mlm"]
+        < train_metrics(tmp_path / "scratch")[1]["loss_mlm"] - 0.3
     )
 
 
@@ -158,17 +158,17 @@ def test_bf16_weights_learn_resume_exactly_and_save_fp32(packed_data, tmp_path):
     run(packed_data, tmp_path / "broken", *args, "--set", "weights=bf16", "--stop-after", "4")
     run(packed_data, tmp_path / "broken", *args, "--set", "weights=bf16", "--resume", "auto")
     fp32, whole, broken = (train_metrics(tmp_path / name) for name in ("fp32", "whole", "broken"))
-    assert whole[8]["mlm_loss"] < whole[4]["mlm_loss"] - 0.1, whole
-    assert abs(whole[8]["mlm_loss"] - fp32[8]["mlm_loss"]) < 0.1, (whole, fp32)
-    assert whole[8]["mlm_loss"] == broken[8]["mlm_loss"]
+    assert whole[8]["loss_mlm"] < whole[4]["loss_mlm"] - 0.1, whole
+    assert abs(whole[8]["loss_mlm"] - fp32[8]["loss_mlm"]) < 0.1, (whole, fp32)
+    assert whole[8]["loss_mlm"] == broken[8]["loss_mlm"]
     final = torch.load(tmp_path / "whole" / "model.pt", weights_only=True)["model"]
     resumed = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["model"]
-    checkpoint = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=True)
+    checkpoint = torch.load(tmp_path / "whole" / "checkpoint.pt", weights_only=False)
     word = "bert.embeddings.word.weight"
     assert final[word].dtype == torch.float32 and torch.equal(final[word], resumed[word])
     assert not torch.equal(final[word], final[word].bfloat16().float())  # not merely bf16 values
     assert all(torch.equal(final[k], checkpoint["model"][k]) for k in final)
-    with pytest.raises(SystemExit, match="weights: bf16 needs amp: bf16"):
+    with pytest.raises(SystemExit, match="weights: bf16 needs run.precision: bf16"):
         run(packed_data, tmp_path / "r", "--set", "weights=bf16")
 
 
@@ -199,12 +199,14 @@ def test_bad_inputs_are_one_line_errors(tmp_path, packed_data):
         run(packed_data, tmp_path / "r", "--init-checkpoint", str(tmp_path / "none.pt"))
     (tmp_path / "r2").mkdir()
     (tmp_path / "r2" / "checkpoint.pt").write_bytes(b"truncated")
-    with pytest.raises(SystemExit, match="--resume .*checkpoint.pt is not a PyTorch checkpoint"):
+    with pytest.raises(
+        SystemExit, match="--resume .*checkpoint.pt is not a BERT pretraining checkpoint .cannot be read"
+    ):
         run(packed_data, tmp_path / "r2", "--resume", "auto")
     assert (tmp_path / "r2" / "checkpoint.pt").read_bytes() == b"truncated"
     with pytest.raises(SystemExit, match="--resume missing.pt: no such checkpoint"):
         run(packed_data, tmp_path / "r", "--resume", "missing.pt")
-    with pytest.raises(SystemExit, match=r"target_mlm_accuracy 72.0 is not a fraction in \(0, 1\]"):
+    with pytest.raises(SystemExit, match=r"target mlm_accuracy 72 is not a fraction in \(0, 1\]"):
         run(packed_data, tmp_path / "r", "--target-mlm-accuracy", "72")
     with pytest.raises(SystemExit, match="nonsense"):
         run(packed_data, tmp_path / "r", "--set", "nonsense=1")
@@ -230,10 +232,11 @@ def test_another_models_checkpoint_is_a_one_line_error_that_writes_nothing(tmp_p
     ):
         run(packed_data, results, "--init-checkpoint", resnet)
     with pytest.raises(
-        SystemExit, match="resnet.pt is not a BERT pretraining checkpoint .no optimizer, sched"
+        SystemExit, match="resnet.pt is not a BERT pretraining checkpoint .no optimizer, recipe"
     ):
         run(packed_data, results, "--resume", resnet)
-    full = resnet_like_checkpoint(tmp_path / "full.pt", optimizer={}, schedule={}, step=5)
+    fields = dict(optimizer={}, scheduler={}, scaler={}, rng={}, epoch=0, step=5, recipe={})
+    full = resnet_like_checkpoint(tmp_path / "full.pt", **fields)
     with pytest.raises(SystemExit, match=r"--resume .*full.pt: not a BERT state dict"):
         run(packed_data, results, "--resume", full)
     # a BERT of another size: the recipe's bert-tiny (hidden 64) against a wider one's weights
@@ -261,7 +264,7 @@ def test_a_shard_damaged_during_the_run_saves_the_step_and_names_the_shard(tmp_p
         run(data, results, "--steps", "60", "--log-every", "100", "--eval-every", "100")
     message = str(error.value.code)
     assert "\n" not in message and f"shard {damaged} is damaged (BadZipFile: Bad CRC-32" in message
-    saved = torch.load(results / "checkpoint.pt", weights_only=True)["step"]
+    saved = torch.load(results / "checkpoint.pt", weights_only=False)["step"]
     assert 0 < saved < 60 and f"step {saved} saved in {results / 'checkpoint.pt'}" in message
 
 
@@ -286,13 +289,15 @@ def test_stale_temporary_files_of_a_killed_run_are_removed_at_start(tmp_path, pa
 )
 def test_old_spellings_are_one_line_errors(flag, message, tmp_path):
     with pytest.raises(SystemExit, match=message):
-        pretrain.parse_args(["--results-dir", str(tmp_path), *flag])
+        pretrain.main(["--results-dir", str(tmp_path), *flag])
 
 
 def test_repeated_set_keeps_every_item():
-    args = pretrain.parse_args(["--recipe", TINY, "--set", "log_every=3", "--set", "eval_every=4"])
+    args = pretrain.parse_args(
+        ["--recipe", TINY, "--set", "run.log_every=3", "--set", "run.eval_every=4 steps"]
+    )
     recipe = pretrain.build_recipe(args)
-    assert (recipe["log_every"], recipe["eval_every"]) == (3, 4)
+    assert (recipe["run"]["log_every"], recipe["run"]["eval_every"]) == (3, "4 steps")
 
 
 def test_training_stops_at_the_target_mlm_accuracy(packed_data, tmp_path):
@@ -300,7 +305,7 @@ def test_training_stops_at_the_target_mlm_accuracy(packed_data, tmp_path):
         "--target-mlm-accuracy", "0.001")  # fmt: skip
     assert list(train_metrics(tmp_path, "eval")) == [2]  # reached at the first evaluation
     assert max(train_metrics(tmp_path)) == 2
-    assert torch.load(tmp_path / "checkpoint.pt", weights_only=True)["step"] == 2
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 2
     assert run_status(tmp_path / "mlperf.log") == ["success"]
     check_log(tmp_path / "mlperf.log", "bert")
 

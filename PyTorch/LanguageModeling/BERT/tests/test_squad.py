@@ -145,7 +145,7 @@ def test_tiny_fine_tuning_learns_spans_and_stops_at_the_target_f1(tmp_path, engl
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--target-f1", "0.905"], r"target_f1 0.905 is not a percentage in \(1, 100\]"),
+        (["--target-f1", "0.905"], r"target f1 0.905 is not a percentage in \(1, 100\]"),
         (["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
         (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
     ],
