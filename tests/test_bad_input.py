@@ -887,7 +887,7 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *BERT_TRAIN[2:], "--synthetic"],
-                ("unknown recipe key 'accumulations'", "did you mean 'accumulation'"),
+                ("unknown recipe key 'accumulations'", "did you mean 'run.accumulation'"),
                 {"recipe": f"base: {BERT_TINY}\naccumulations: 2\n"},
             ),
             (
@@ -903,12 +903,12 @@ ROWS: list[Row] = [
             (
                 "batch-size-0",
                 [*BERT_TRAIN, "--synthetic", "--batch-size", "0"],
-                "batch_size must be a positive integer",
+                "batch_per_gpu must be a positive integer",
             ),
             (
                 "batch-size-neg",
                 [*BERT_TRAIN, "--synthetic", "--batch-size", "-3"],
-                "batch_size must be a positive integer",
+                "batch_per_gpu must be a positive integer",
             ),
             ("steps-0", [*BERT_TRAIN, "--synthetic", "--steps", "0"], "steps must be a positive integer"),
             ("amp-none", [*BERT_TRAIN, "--synthetic", "--amp", "none"], "use --amp fp32"),
@@ -933,7 +933,7 @@ ROWS: list[Row] = [
             (
                 "resume-text",
                 [*BERT_TRAIN, "--synthetic", "--resume", "{text}"],
-                "is not a PyTorch checkpoint",
+                "is not a BERT pretraining checkpoint",
             ),
             (
                 "squad-no-answer",
