@@ -17,7 +17,6 @@ MODELS = model_dirs()
 NOT_YET_MOVED: set[str] = {
     "PyTorch/Classification/ResNet50",
     "PyTorch/Detection/SSD",
-    "PyTorch/LanguageModeling/BERT",
     "PyTorch/Recommendation/DLRM",
     "PyTorch/Segmentation/MaskRCNN",
     "PyTorch/Translation/Transformer",
