@@ -18,3 +18,65 @@ def test_merged_detections_keep_each_image_from_the_first_rank_that_has_it():
 def test_one_rank_keeps_all_its_detections():
     part = [det(5, 0.4), det(5, 0.3), det(6, 0.2)]
     assert merge_rank_detections([part]) == part
+
+
+class Recorder:
+    """A MetricsLogger / MLPerfLogger stand-in that keeps every call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self.calls.append((name, args, kwargs))
+
+
+def evaluation(eval_every, epochs, targets, run_epochs=6, iou_types=("bbox",)):
+    from types import SimpleNamespace
+
+    from zoo.coco import Evaluation
+    from zoo.recipe import Interval
+
+    every = None if eval_every is None else Interval(eval_every, "epochs")
+    run = SimpleNamespace(eval_every=every, epochs=run_epochs)
+    env = SimpleNamespace(world_size=1, is_primary=True)
+    logger, mlperf = Recorder(), Recorder()
+    parts = {"logger": logger, "mlperf": mlperf, "env": env, "device": "cpu"}
+    return Evaluation(run, epochs, "ann.json", iou_types=iou_types, targets=targets, **parts)
+
+
+def test_due_epochs_follow_the_interval_the_list_and_the_end_of_the_run():
+    assert [e for e in range(1, 7) if evaluation(2, None, {}).due(e)] == [2, 4, 6]
+    assert [e for e in range(1, 7) if evaluation(1, [1, 5], {}).due(e)] == [1, 5]
+    assert [e for e in range(1, 7) if evaluation(None, None, {}).due(e)] == [6]  # null: once, at the end
+    assert not any(evaluation(1, [], {}).due(e) for e in range(1, 7))
+
+
+def test_scores_are_logged_in_the_vocabulary_and_every_target_must_be_reached():
+    scores = iter([{"map": 0.30, "mask_map": 0.20}, {"map": 0.38, "mask_map": 0.34}])
+    run = evaluation(1, None, {"map": 0.377, "mask_map": 0.339}, iou_types=("bbox", "segm"))
+    run._score = lambda *args: next(scores)  # pycocotools' numbers, made up
+    run.score(1, 10, [])
+    assert not run.reached(1)
+    run.score(2, 20, [])
+    assert run.reached(2)
+    logged = [(args[0], args[1]) for name, args, _ in run.logger.calls if name == "log"]
+    assert logged == [(10, {"map": 0.30, "mask_map": 0.20}), (20, {"map": 0.38, "mask_map": 0.34})]
+    accuracy = [args for name, args, _ in run.mlperf.calls if name == "eval_accuracy"]
+    assert accuracy[-1] == ({"BBOX": 0.38, "SEGM": 0.34}, 2)
+
+
+def test_a_failed_export_leaves_the_earlier_repository_whole(tmp_path):
+    import pytest
+    from zoo.coco import replace_repository
+
+    repo = tmp_path / "triton_repo"
+    replace_repository(repo, lambda folder: (folder / "model_a").mkdir())
+
+    def broken(folder):
+        (folder / "model_b").mkdir()
+        raise RuntimeError("export failed")
+
+    with pytest.raises(RuntimeError):
+        replace_repository(repo, broken)
+    assert [p.name for p in tmp_path.iterdir()] == ["triton_repo"]
+    assert [p.name for p in repo.iterdir()] == ["model_a"]
