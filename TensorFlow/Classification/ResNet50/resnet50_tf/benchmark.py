@@ -18,7 +18,7 @@ import platform
 from zoo.cli import add_run_args, entry_point
 from zoo.cli import parse_args as parse_shared_args
 
-from resnet50_tf.train import DEFAULT_RECIPE
+from resnet50_tf import DEFAULT_RECIPE
 
 # Model-specific old spellings (zoo.cli knows the shared ones)
 RENAMED = {"--out": "--output"}
@@ -58,15 +58,15 @@ def main(argv=None) -> list[dict]:
     import tensorflow as tf
     from zoo.bench import write_report
     from zoo.cli import recipe_from_args
+    from zoo.recipe import run_config
 
     from resnet50_tf.model import resnet50
     from resnet50_tf.optim import build_optimizer
-    from resnet50_tf.train import PRECISIONS, set_precision
+    from resnet50_tf.step import set_precision
 
-    recipe = recipe_from_args(args)  # the optimizer, and amp unless --amp gives it
-    amp = recipe.get("amp", "fp32")
-    if amp not in PRECISIONS:
-        raise SystemExit(f"error: recipe amp {amp!r} is not one of {', '.join(PRECISIONS)}")
+    # the recipe's optimizer and precision (--amp); --batch-size lists the batches to measure
+    recipe = recipe_from_args(argparse.Namespace(**{**vars(args), "batch_size": None}))
+    amp = run_config(recipe).precision
     set_precision(amp)
     gpus = tf.config.list_physical_devices("GPU")
     device = (
@@ -83,7 +83,7 @@ def main(argv=None) -> list[dict]:
             optimizer = build_optimizer(recipe, 1000, global_batch, amp)
             optimizer.build(model.trainable_variables)
         if "train" in modes:
-            summary = _bench_train(runtime, args, model, optimizer, batch, global_batch)
+            summary = _bench_train(runtime, args, recipe, model, optimizer, batch, global_batch)
             results.append({"mode": "train", "batch": batch, "global_batch": global_batch, **summary})
             print(f"train      batch {global_batch:5d}: {summary['throughput']:9.1f} img/s")
         if "inference" in modes:
@@ -109,13 +109,15 @@ def main(argv=None) -> list[dict]:
     return results
 
 
-def _bench_train(runtime, args, model, optimizer, batch: int, global_batch: int) -> dict:
+def _bench_train(runtime, args, recipe, model, optimizer, batch: int, global_batch: int) -> dict:
     from zoo.bench import measure
 
     from resnet50_tf.data import build_synthetic_dataset
-    from resnet50_tf.train import build_step_functions
+    from resnet50_tf.step import TrainStep
 
-    train_step, _ = build_step_functions(runtime, model, optimizer, global_batch, 0.1, args.xla)
+    train_step = TrainStep(
+        runtime, model, optimizer, global_batch, float(recipe["label_smoothing"]), args.xla
+    )
     steps = args.warmup + args.iters
     data = runtime.strategy.distribute_datasets_from_function(
         lambda ctx: build_synthetic_dataset(batch, args.image_size, args.num_classes, steps).cache()

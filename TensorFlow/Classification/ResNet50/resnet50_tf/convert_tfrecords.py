@@ -19,6 +19,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from zoo.cli import entry_point, parse_args
+from zoo.errors import UserError, one_line
 
 from resnet50_tf.tfrecords import verify_dataset
 
@@ -46,7 +47,7 @@ def _jpeg_bytes(path: str) -> tuple[bytes, int, int]:
         image = Image.open(io.BytesIO(data))
         image.load()
     except Exception as e:  # PIL raises many types for bad files
-        raise SystemExit(f"corrupt or unreadable image {path}: {e}") from None
+        raise UserError(f"corrupt or unreadable image {path}: {one_line(e)}") from None
     if image.format != "JPEG" or image.mode != "RGB":
         buffer = io.BytesIO()
         image.convert("RGB").save(buffer, format="JPEG", quality=95)
@@ -100,13 +101,13 @@ def convert(src: Path, out: Path, train_shards: int, val_shards: int, workers: i
     train_dir, val_dir = src / "train", src / "val"
     for d in (train_dir, val_dir):
         if not d.is_dir():
-            raise SystemExit(f"{src} has no {d.name}/ folder (expected train/<class>/*, val/<class>/*)")
+            raise UserError(f"{src} has no {d.name}/ folder (expected train/<class>/*, val/<class>/*)")
     classes = sorted(p.name for p in train_dir.iterdir() if p.is_dir())
     if not classes:
-        raise SystemExit(f"{train_dir} has no class folders")
+        raise UserError(f"{train_dir} has no class folders")
     unknown = sorted(p.name for p in val_dir.iterdir() if p.is_dir() and p.name not in classes)
     if unknown:
-        raise SystemExit(f"{val_dir} has class folders missing from train/: {unknown[:5]}")
+        raise UserError(f"{val_dir} has class folders missing from train/: {unknown[:5]}")
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     for split, split_dir, shards, shuffle in (
@@ -115,7 +116,7 @@ def convert(src: Path, out: Path, train_shards: int, val_shards: int, workers: i
     ):
         items = list_images(split_dir, classes)
         if not items:
-            raise SystemExit(f"{split_dir} has no images")
+            raise UserError(f"{split_dir} has no images")
         if shuffle:  # mix classes within and across shards; training shuffles again per epoch
             random.Random(seed).shuffle(items)
         shards = max(1, min(shards, len(items)))
@@ -165,12 +166,12 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the order of training images in shards")
     args = parse_args(parser, argv, renamed={"--out": "--data-dir"})
     if not args.data_dir:
-        raise SystemExit("error: --data-dir (or $DATA_DIR) is required: the folder to write the TFRecords to")
+        raise UserError("--data-dir (or $DATA_DIR) is required: the folder to write the TFRecords to")
     if args.train_shards < 1 or args.val_shards < 1:
-        raise SystemExit("--train-shards and --val-shards must be >= 1")
+        raise UserError("--train-shards and --val-shards must be >= 1")
     src = Path(args.src)
     if not src.is_dir():
-        raise SystemExit(f"source folder {src} does not exist")
+        raise UserError(f"source folder {src} does not exist")
     info = convert(src, Path(args.data_dir), args.train_shards, args.val_shards, args.workers, args.seed)
     print(
         f"wrote {info['train_examples']} train and {info['validation_examples']} validation images "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from zoo.errors import UserError
+
 from resnet50_tf import IMAGENET_MEAN, IMAGENET_STD
 
 
@@ -20,7 +22,7 @@ def _import_dali():
         import nvidia.dali.types as types
         from nvidia.dali import pipeline_def
     except ImportError as e:
-        raise SystemExit(
+        raise UserError(
             f"--data-backend dali needs NVIDIA DALI and its TensorFlow plugin ({e}); use --data-backend tfdata"
         ) from None
     return fn, dali_tf, tfrec, types, pipeline_def
@@ -36,7 +38,7 @@ def build_dali_train_dataset(
     indexes = [f + ".idx" for f in files]
     missing = [i for i in indexes if not Path(i).is_file()]
     if missing:
-        raise SystemExit(f"DALI needs index files, e.g. {missing[0]}: run tfrecord2idx on each shard")
+        raise UserError(f"DALI needs index files, e.g. {missing[0]}: run tfrecord2idx on each shard")
     shards = input_context.num_input_pipelines if input_context else 1
     shard_id = input_context.input_pipeline_id if input_context else 0
     device_id = 0  # each replica's pipeline runs on the GPU tf.distribute places it on

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
+from zoo.errors import UserError, one_line
 
 from resnet50_tf import IMAGENET_MEAN, IMAGENET_STD
 
@@ -44,7 +45,7 @@ class DatasetInfo:
         shard = re.compile(rf"{SPLITS[split]}-\d+-of-\d+")  # not .tmp leftovers nor DALI .idx files
         found = sorted(str(p) for p in self.data_dir.iterdir() if shard.fullmatch(p.name))
         if not found:
-            raise SystemExit(f"no {SPLITS[split]}-*-of-* TFRecord shards in {self.data_dir}")
+            raise UserError(f"no {SPLITS[split]}-*-of-* TFRecord shards in {self.data_dir}")
         return found
 
 
@@ -52,10 +53,10 @@ def read_dataset_info(data_dir) -> DatasetInfo:
     """The TFRecord directory's dataset.json, checked; a clear error if the directory is not one."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise SystemExit(f"data dir {data_dir} does not exist")
+        raise UserError(f"data dir {data_dir} does not exist")
     meta = data_dir / "dataset.json"
     if not meta.is_file():
-        raise SystemExit(
+        raise UserError(
             f"{data_dir} has no dataset.json: convert an ImageNet-style folder with scripts/convert_tfrecords.sh"
         )
     try:
@@ -68,7 +69,7 @@ def read_dataset_info(data_dir) -> DatasetInfo:
             label_offset=int(info.get("label_offset", 0)),
         )
     except (ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"{meta} is not a valid dataset description: {e!r}") from None
+        raise UserError(f"{meta} is not a valid dataset description: {one_line(e)}") from None
 
 
 def normalize(images):
@@ -102,9 +103,7 @@ def eval_image(encoded, image_size: int, preprocessing=None):
     checkpoint, its ``preprocessing`` (zoo.checkpoints.Preprocessing: resize, interpolation, mean, std;
     its crop must be image_size)."""
     if preprocessing is not None and preprocessing.crop != image_size:
-        raise SystemExit(
-            f"error: image size {image_size} differs from the checkpoint's crop {preprocessing.crop}"
-        )
+        raise UserError(f"image size {image_size} differs from the checkpoint's crop {preprocessing.crop}")
     short_side = preprocessing.resize if preprocessing else image_size / EVAL_CROP_FRACTION
     method = preprocessing.interpolation if preprocessing else "bilinear"
     image = tf.io.decode_jpeg(encoded, channels=3)
@@ -216,3 +215,44 @@ def build_synthetic_dataset(batch_size: int, image_size: int, num_classes: int, 
     labels = tf.random.stateless_uniform([batch_size], seed=[seed, 2], maxval=num_classes, dtype=tf.int32)
     ds = tf.data.Dataset.from_tensors((images, labels)).repeat(steps)
     return ds.with_options(_options())
+
+
+def _input_context(runtime, context):
+    """Horovod runs one process per GPU under the default strategy: each reads its own part of the data."""
+    if runtime.hvd is not None:
+        return tf.distribute.InputContext(runtime.num_workers, runtime.worker_index, 1)
+    return context
+
+
+def train_iterator(runtime, backend: str, info, batch_size: int, image_size: int, *, num_classes: int,
+                   epoch: int, seed: int, steps: int, skip_steps: int = 0, min_crop_area: float = 0.08):  # fmt: skip
+    """An iterator over epoch ``epoch``'s global batches from step ``skip_steps`` on, split over the
+    replicas (``backend``: tfdata, dali or synthetic); what TrainStep takes."""
+    if backend == "synthetic":
+        build = lambda ctx: build_synthetic_dataset(  # noqa: E731
+            batch_size, image_size, num_classes, steps - skip_steps, seed=seed
+        )
+    elif backend == "dali":
+        from resnet50_tf.dali import build_dali_train_dataset
+
+        build = lambda ctx: build_dali_train_dataset(  # noqa: E731
+            info, batch_size, image_size, epoch=epoch, seed=seed, input_context=ctx
+        )
+    else:
+        build = lambda ctx: build_train_dataset(  # noqa: E731
+            info, batch_size, image_size, epoch=epoch, seed=seed, steps=steps, skip_steps=skip_steps,
+            input_context=_input_context(runtime, ctx), min_crop_area=min_crop_area,
+        )  # fmt: skip
+    return iter(runtime.strategy.distribute_datasets_from_function(build))
+
+
+def eval_batches(runtime, info, batch_size: int, image_size: int, preprocessing=None):
+    """(batches, how many): the validation split once, split over every replica and worker."""
+    import math
+
+    dataset = runtime.strategy.distribute_datasets_from_function(
+        lambda ctx: build_eval_dataset(
+            info, batch_size, image_size, _input_context(runtime, ctx), preprocessing=preprocessing
+        )
+    )
+    return dataset, max(1, math.ceil(info.val_examples / (batch_size * runtime.num_replicas)))

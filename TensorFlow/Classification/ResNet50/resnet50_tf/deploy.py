@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from zoo.cli import entry_point
-from zoo.errors import one_line
+from zoo.errors import UserError, one_line
 
 
 def load_images(paths: list[str], image_size: int) -> np.ndarray:
@@ -33,14 +33,14 @@ def load_images(paths: list[str], image_size: int) -> np.ndarray:
     batch = []
     for path in paths:
         if not Path(path).is_file():
-            raise SystemExit(f"image not found: {path}")
+            raise UserError(f"image not found: {path}")
         data = Path(path).read_bytes()
         try:
             image = tf.io.decode_image(data, channels=3, expand_animations=False)
             encoded = tf.io.encode_jpeg(image)
             batch.append(eval_image(encoded, image_size).numpy())
         except tf.errors.InvalidArgumentError:
-            raise SystemExit(f"not a readable image: {path}") from None
+            raise UserError(f"not a readable image: {path}") from None
     return np.stack(batch)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from zoo.cli import AMP_CHOICES, entry_point
 from zoo.cli import parse_args as parse_shared_args
+from zoo.errors import UserError
 
 # Model-specific old spellings (zoo.cli knows the shared ones)
 RENAMED = {"--out": "--results-dir (the metrics go to RESULTS_DIR/eval.json)"}
@@ -25,7 +26,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--checkpoint",
         required=True,
-        help="run directory, checkpoint prefix, Keras-Applications .h5, or registry name (checkpoints.yaml)",
+        help="run directory (or its checkpoint/ folder), Keras-Applications .h5, or registry name (checkpoints.yaml)",
     )
     p.add_argument(
         "--data-dir",
@@ -36,7 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--synthetic", action="store_true", help="random images: checks the checkpoint loads and runs"
     )
     p.add_argument("--batch-size", type=int, default=128, help="per-replica batch")
-    p.add_argument("--image-size", type=int, help="default: the run's (run.json), else 224")
+    p.add_argument("--image-size", type=int, help="default: the checkpoint's, else 224")
     p.add_argument("--amp", choices=AMP_CHOICES, default="fp32", help="mixed precision of the forward pass")
     p.add_argument(
         "--results-dir",
@@ -47,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     for flag in ("batch_size", "image_size"):
         value = getattr(args, flag)
         if value is not None and value < 1:
-            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
+            raise UserError(f"--{flag.replace('_', '-')} must be a positive integer, not {value}")
     if not args.data_dir and not args.synthetic:
         p.error("--data-dir is required unless --synthetic")
     return args
@@ -61,10 +62,11 @@ def main(argv=None) -> dict:
 
     runtime = make_runtime("auto")
     from resnet50_tf import data
-    from resnet50_tf.checkpoint import find_checkpoint, read_run_info, resolve_checkpoint, restore_weights
+    from resnet50_tf.checkpoint import read_training_state, resolve_checkpoint, restore_weights
+    from resnet50_tf.engine import evaluate
     from resnet50_tf.model import resnet50
+    from resnet50_tf.step import TrainStep, set_precision
     from resnet50_tf.tfrecords import check_dataset
-    from resnet50_tf.train import build_step_functions, evaluate_model, set_precision
 
     info = None if args.synthetic else data.read_dataset_info(args.data_dir)
     if info is not None:
@@ -74,14 +76,14 @@ def main(argv=None) -> dict:
     if keras_h5:  # Keras Applications weights: ResNet-50 v1 with BGR "caffe" input, run as published
         run = {}
         if not os.path.isfile(args.checkpoint):
-            raise SystemExit(f"checkpoint {args.checkpoint} not found")
+            raise UserError(f"checkpoint {args.checkpoint} not found")
     else:
-        run = read_run_info(find_checkpoint(args.checkpoint)[1])
+        run = read_training_state(args.checkpoint)
     if info is None:  # synthetic: as many classes as the checkpoint has
         info = _synthetic_info(run.get("num_classes", 1000))
     if run and run.get("num_classes") != info.num_classes:
-        raise SystemExit(
-            f"error: checkpoint has {run.get('num_classes')} classes but {args.data_dir} has {info.num_classes}"
+        raise UserError(
+            f"checkpoint has {run.get('num_classes')} classes but {args.data_dir} has {info.num_classes}"
         )
     image_size = args.image_size or (preprocessing.crop if preprocessing else run.get("image_size", 224))
     if preprocessing:  # a registry checkpoint is scored as it was published
@@ -96,11 +98,12 @@ def main(argv=None) -> dict:
         variant = dict(variant="v1", input_mode="caffe") if keras_h5 else {}
         model = resnet50(info.num_classes, image_size=image_size, **variant)
         restore_weights(model, args.checkpoint)
-    _, eval_step = build_step_functions(runtime, model, _NoOptimizer(), 1, 0.0, False)
+    step = TrainStep(runtime, model, None, global_batch=1)  # its evaluation step only
     if args.synthetic:
-        metrics = _evaluate_synthetic(runtime, eval_step, info.num_classes, args.batch_size, image_size)
+        metrics = _evaluate_synthetic(runtime, step, info.num_classes, args.batch_size, image_size)
     else:
-        metrics = evaluate_model(runtime, eval_step, info, args.batch_size, image_size, preprocessing)
+        batches, total = data.eval_batches(runtime, info, args.batch_size, image_size, preprocessing)
+        metrics = evaluate(step, batches, total=total, chief=runtime.is_chief, source=info.data_dir)
     line = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in metrics.items()})
     print(line)
     if args.results_dir:
@@ -119,20 +122,15 @@ def _synthetic_info(num_classes: int):
     )
 
 
-def _evaluate_synthetic(runtime, eval_step, num_classes: int, batch_size: int, image_size: int) -> dict:
-
+def _evaluate_synthetic(runtime, step, num_classes: int, batch_size: int, image_size: int) -> dict:
     from resnet50_tf.data import build_synthetic_dataset
 
-    dist = runtime.strategy.distribute_datasets_from_function(
+    batches = runtime.strategy.distribute_datasets_from_function(
         lambda ctx: build_synthetic_dataset(batch_size, image_size, num_classes, steps=2)
     )
-    top1, topk, count = sum(eval_step(batch).numpy() for batch in dist)
-    return {"top1": 100 * top1 / count, "top5": 100 * topk / count, "images": int(count), "synthetic": True}
-
-
-class _NoOptimizer:
-    """Evaluation builds only the eval step; the train step's optimizer is never called."""
+    top1, topk, count = sum(step.evaluate(batch).numpy() for batch in batches)
+    return {"top1": 100 * top1 / count, "top5": 100 * topk / count, "samples": int(count), "synthetic": True}
 
 
 if __name__ == "__main__":
-    sys.exit(main() and 0)
+    main()

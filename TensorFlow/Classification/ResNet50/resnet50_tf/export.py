@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from zoo.cli import entry_point
+from zoo.errors import UserError, one_line
 
 INPUT, OUTPUT = "images", "logits"
 ONNX_OPSET = 17
@@ -64,7 +65,9 @@ def export_onnx(model, image_size: int, path) -> Path:
     try:
         import tf2onnx
     except ImportError as e:
-        raise SystemExit(f"ONNX export needs tf2onnx (pip install -r requirements.txt): {e}") from None
+        raise UserError(
+            f"ONNX export needs tf2onnx (pip install -r requirements.txt): {one_line(e)}"
+        ) from None
     import onnx
 
     path = Path(path)
@@ -155,7 +158,7 @@ def main(argv=None) -> list[Path]:
     p.add_argument(
         "--checkpoint",
         required=True,
-        help="training run directory, checkpoint prefix, Keras-Applications .h5 or registry name",
+        help="training run directory (or its checkpoint/ folder), Keras-Applications .h5 or registry name",
     )
     p.add_argument("--model-repository", default="model_repository", help="output Triton model repository")
     p.add_argument("--image-size", type=int, help="default: the run's")
@@ -164,7 +167,7 @@ def main(argv=None) -> list[Path]:
     p.add_argument("--no-savedmodel", action="store_true", help="ONNX and python models only")
     args = p.parse_args(argv)
     if args.max_batch_size < 1:
-        raise SystemExit("--max-batch-size must be >= 1")
+        raise UserError("--max-batch-size must be >= 1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from resnet50_tf.checkpoint import load_keras_applications_model, load_model_from_run, resolve_checkpoint
 
@@ -172,8 +175,8 @@ def main(argv=None) -> list[Path]:
     if preprocessing:  # clients must prepare images as the checkpoint was published
         print(f"preprocessing: {preprocessing.describe()}")
         if args.image_size and args.image_size != preprocessing.crop:
-            raise SystemExit(
-                f"error: --image-size {args.image_size} differs from the checkpoint's crop {preprocessing.crop}"
+            raise UserError(
+                f"--image-size {args.image_size} differs from the checkpoint's crop {preprocessing.crop}"
             )
     image_size = args.image_size or (preprocessing.crop if preprocessing else None)
     if checkpoint.endswith(".h5"):

@@ -10,6 +10,7 @@ are only a starting point for fine-tuning.
 from __future__ import annotations
 
 import numpy as np
+from zoo.errors import UserError, one_line
 
 
 def _keras_app_name(ours: str) -> str | None:
@@ -38,12 +39,12 @@ def read_h5_weights(path) -> dict[str, list[np.ndarray]]:
     try:
         f = h5py.File(path, "r")
     except OSError as e:
-        raise SystemExit(f"{path} is not a Keras HDF5 file: {e}") from None
+        raise UserError(f"{path} is not a Keras HDF5 file: {one_line(e)}") from None
     with f:
         group = f["model_weights"] if "model_weights" in f else f
         names = [n.decode() if isinstance(n, bytes) else n for n in group.attrs.get("layer_names", [])]
         if not names:
-            raise SystemExit(f"{path} holds no Keras layer weights")
+            raise UserError(f"{path} holds no Keras layer weights")
         out = {}
         for name in names:
             g = group[name]
@@ -64,7 +65,7 @@ def load_keras_applications_h5(model, path) -> None:
         if source is None or not layer.weights:
             continue
         if source not in saved:
-            raise SystemExit(f"{path} has no layer {source} (for {layer.name}): not a Keras ResNet-50 file")
+            raise UserError(f"{path} has no layer {source} (for {layer.name}): not a Keras ResNet-50 file")
         arrays = saved[source]
         if layer.name == "fc" and arrays[0].shape != tuple(layer.kernel.shape):
             print(
@@ -86,4 +87,4 @@ def load_keras_applications_h5(model, path) -> None:
             layer.bias.assign(arrays[1])
         loaded += 1
     if loaded < 100:
-        raise SystemExit(f"only {loaded} layers of {path} matched ResNet-50: not a Keras ResNet-50 file")
+        raise UserError(f"only {loaded} layers of {path} matched ResNet-50: not a Keras ResNet-50 file")

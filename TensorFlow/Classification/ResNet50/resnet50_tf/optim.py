@@ -13,6 +13,8 @@ import math
 
 import keras
 from keras import ops
+from zoo.errors import UserError
+from zoo.recipe import run_config
 
 from resnet50_tf.model import is_decayed
 
@@ -104,12 +106,13 @@ def build_optimizer(recipe: dict, steps_per_epoch: int, global_batch: int, preci
     opt = recipe["optimizer"]
     sched = recipe["schedule"]
     peak_lr = peak_learning_rate(recipe, global_batch)
-    total = int(recipe["epochs"]) * steps_per_epoch
+    run = run_config(recipe)
+    total = run.steps or run.epochs * steps_per_epoch
     warmup = int(round(float(sched.get("warmup_epochs", 0)) * steps_per_epoch))
     lr = WarmupCosine(peak_lr, warmup, total, float(sched.get("end_lr", 0.0)))
     name = opt.get("name", "sgd")
     if name not in ("sgd", "lars"):
-        raise SystemExit(f"unknown optimizer {name!r} in the recipe (sgd or lars)")
+        raise UserError(f"unknown optimizer {name!r} in the recipe (sgd or lars)")
     optimizer = MomentumSGD(
         learning_rate=lr,
         momentum=float(opt.get("momentum", 0.9)),

@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from zoo.errors import UserError
+
 from resnet50_tf.data import SPLITS, DatasetInfo, read_dataset_info
 
 DECODE_AT_START = 50_000  # a training split this small is decoded at start-up without a manifest
@@ -33,7 +35,7 @@ class ShardCheck:
     decoded: bool
 
 
-class ShardError(SystemExit):
+class ShardError(UserError):
     """A one-line error naming the shard and the record."""
 
 
@@ -47,7 +49,7 @@ def count_records(shard: Path) -> int:
             end = None if length is None else offset + RECORD_HEAD.size + length + FOOTER
             if end is None or end > size:
                 raise ShardError(
-                    f"error: {shard} is truncated: record {index} (byte {offset}) runs past its end ({size} "
+                    f"{shard} is truncated: record {index} (byte {offset}) runs past its end ({size} "
                     "bytes); convert the data again (scripts/download_data.sh)"
                 )
             f.seek(end)
@@ -122,11 +124,11 @@ def check_content(shard: Path, info: DatasetInfo) -> ShardCheck:
             label_min = low if label_min is None else min(label_min, low)
             label_max = high if label_max is None else max(label_max, high)
     except tf.errors.OpError:
-        raise ShardError(f"error: {shard}: {_first_problem(shard, info.label_offset)}") from None
+        raise ShardError(f"{shard}: {_first_problem(shard, info.label_offset)}") from None
     if records and (label_min < 0 or label_max >= info.num_classes):
         bad = label_min if label_min < 0 else label_max
         raise ShardError(
-            f"error: {shard} holds label {bad}, but {info.data_dir / 'dataset.json'} lists "
+            f"{shard} holds label {bad}, but {info.data_dir / 'dataset.json'} lists "
             f"{info.num_classes} classes (labels 0..{info.num_classes - 1})"
         )
     return ShardCheck(records, label_max, True)
@@ -174,7 +176,7 @@ def _check_count(info: DatasetInfo, split: str, checks: list[ShardCheck]) -> Non
     total, expected = sum(c.records for c in checks), _expected_examples(info, split)
     if total != expected:
         raise ShardError(
-            f"error: the {SPLITS[split]} shards of {info.data_dir} hold {total} records, but dataset.json "
+            f"the {SPLITS[split]} shards of {info.data_dir} hold {total} records, but dataset.json "
             f"says {expected} (a shard is missing or was cut short: convert the data again)"
         )
 
@@ -183,7 +185,7 @@ def _check_labels(info: DatasetInfo, split: str, shards: list[Path], checks: lis
     for shard, check in zip(shards, checks, strict=True):
         if check.label_max is not None and check.label_max >= info.num_classes:
             raise ShardError(
-                f"error: {shard} holds label {check.label_max}, but {info.data_dir / 'dataset.json'} lists "
+                f"{shard} holds label {check.label_max}, but {info.data_dir / 'dataset.json'} lists "
                 f"{info.num_classes} classes (labels 0..{info.num_classes - 1})"
             )
 

@@ -24,15 +24,17 @@ def test_flags_and_every_set_item_override_the_recipe():
         ["--set", "optimizer.lr_per_256=0.3", "--set", "label_smoothing=0.2", "--amp", "bf16"]
         + ["--batch-size", "7", "--epochs", "2", "--image-size", "48", "--target-top1", "75.9"]
     )
+    run = recipe["run"]
     assert recipe["optimizer"]["lr_per_256"] == 0.3 and recipe["label_smoothing"] == 0.2
-    assert recipe["amp"] == "bf16" and recipe["batch_size_per_gpu"] == 7 and recipe["epochs"] == 2
-    assert recipe["data"]["image_size"] == 48 and recipe["target_top1"] == 75.9
-    assert _recipe([])["amp"] == "fp32" and _recipe([])["target_top1"] is None  # the recipe's own
+    assert run["precision"] == "bf16" and run["batch_per_gpu"] == 7 and run["epochs"] == 2
+    assert recipe["data"]["image_size"] == 48 and run["target"]["value"] == 75.9
+    own = _recipe([])["run"]
+    assert own["precision"] == "fp32" and own["target"]["value"] is None  # the recipe's own
 
 
 @pytest.mark.parametrize(
     "flag, key",
-    [("--batch-size", "batch_size_per_gpu"), ("--epochs", "epochs"), ("--image-size", "data.image_size")],
+    [("--batch-size", "run.batch_per_gpu"), ("--epochs", "run.epochs"), ("--image-size", "data.image_size")],
 )
 def test_zero_is_an_error_not_the_recipe_value(flag, key, tmp_path):
     from resnet50_tf.train import main
@@ -61,9 +63,8 @@ def test_old_spellings_end_in_one_line_naming_the_new(module, argv, old, new):
     import importlib
 
     entry = importlib.import_module(f"resnet50_tf.{module}")
-    main = entry.main if module in ("prepare_data", "convert_tfrecords") else entry.parse_args
     with pytest.raises(SystemExit) as error:
-        main(argv)
+        entry.main(argv)
     assert str(error.value).startswith(f"error: {old} was renamed: use {new}")
     assert "\n" not in str(error.value)
 
@@ -78,21 +79,33 @@ def test_amp_choices_are_the_shared_ones(capsys):
 
 
 def test_resume_default_refuses_a_results_dir_with_a_checkpoint(tmp_path):
-    from resnet50_tf.train import resume_checkpoint
+    """train.py's --resume: zoo.cli.resolve_resume on RESULTS_DIR/checkpoint/latest.json, read by zoo.tf."""
+    import tensorflow as tf
+    from resnet50_tf.checkpoint import CHECKPOINT_KIND, read_training_state
+    from zoo.checkpoint_folder import checkpoint_pointer
+    from zoo.cli import resolve_resume
+    from zoo.errors import UserError
+    from zoo.tf import save_training_checkpoint
 
-    (tmp_path / "checkpoints").mkdir()
+    def resume_checkpoint(resume, results_dir):
+        found = resolve_resume(resume, checkpoint_pointer(results_dir))
+        return None if found is None else str(read_training_state(found, "--resume")["folder"])
+
+    (tmp_path / "checkpoint").mkdir()
     assert resume_checkpoint(None, tmp_path) is None  # an empty folder is a new run
-    (tmp_path / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-4"\n')
-    (tmp_path / "checkpoints" / "ckpt-4.index").write_bytes(b"")
-    with pytest.raises(SystemExit, match="pass --resume auto to continue it, --resume none to start over"):
+    weights = {"model": tf.Variable([1.0, 2.0])}
+    save_training_checkpoint(
+        tmp_path / "checkpoint", weights, name=CHECKPOINT_KIND, step=4, epoch=1, recipe={}
+    )
+    with pytest.raises(UserError, match="pass --resume auto to continue it, --resume none to start over"):
         resume_checkpoint(None, tmp_path)
     assert resume_checkpoint("none", tmp_path) is None
-    expected = str(tmp_path / "checkpoints" / "ckpt-4")
+    expected = str(tmp_path / "checkpoint" / "step-4")
     assert resume_checkpoint("auto", tmp_path) == expected
     assert resume_checkpoint(str(tmp_path), tmp_path / "other") == expected  # a run directory
-    assert resume_checkpoint(expected, tmp_path / "other") == expected  # a checkpoint prefix
+    assert resume_checkpoint(expected, tmp_path / "other") == expected  # a checkpoint folder
     assert resume_checkpoint("auto", tmp_path / "other") is None
-    with pytest.raises(SystemExit, match="no such checkpoint"):
+    with pytest.raises(UserError, match="no such checkpoint"):
         resume_checkpoint(str(tmp_path / "nope"), tmp_path)
 
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from zoo.errors import UserError
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 RECIPE = str(MODEL_DIR / "configs" / "digits_cpu.yaml")
@@ -116,10 +117,10 @@ def test_missing_shard_is_a_count_mismatch(tmp_path, digits_tfrecords):
     data = copy_data(digits_tfrecords, tmp_path / "data")
     lost = count_records(data / "train-00003-of-00004")
     (data / "train-00003-of-00004").unlink()
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         check_dataset(read_dataset_info(data), ["train"])
-    assert lost > 300 and one_line(e) == (
-        f"error: the train shards of {data} hold {1438 - lost} records, but dataset.json says 1438 "
+    assert lost > 300 and str(e.value) == (
+        f"the train shards of {data} hold {1438 - lost} records, but dataset.json says 1438 "
         "(a shard is missing or was cut short: convert the data again)"
     )
 
@@ -176,40 +177,55 @@ def test_another_models_checkpoint_is_one_line(tmp_path, digits_tfrecords, flag)
     with pytest.raises(SystemExit) as e:
         train(digits_tfrecords, tmp_path / "results", flag, other)
     assert one_line(e) == (
-        f"error: {other} is not a TensorFlow ResNet-50 checkpoint (a run directory, its checkpoints/ or a "
-        "checkpoint prefix)"
+        f"error: {flag} {other} is not a TensorFlow ResNet-50 checkpoint (no checkpoint/latest.json or state.json)"
     )
     assert not (tmp_path / "results").exists()
 
 
 def test_checkpoint_of_other_classes_or_network(tmp_path, digits_tfrecords):
     import keras
-    import tensorflow as tf
-    from resnet50_tf.checkpoint import check_checkpoint
+    from resnet50_tf.checkpoint import CHECKPOINT_KIND, check_checkpoint
     from resnet50_tf.model import resnet50
+    from zoo.tf import save_training_checkpoint
 
-    prefix = tf.train.Checkpoint(model=resnet50(5, image_size=32)).write(str(tmp_path / "five" / "ckpt-1"))
+    five = resnet50(5, image_size=32)
+    prefix = tmp_path / "five"
+    save_training_checkpoint(
+        prefix / "checkpoint",
+        {"model": five},
+        name=CHECKPOINT_KIND,
+        step=1,
+        epoch=0,
+        recipe={},
+        num_classes=5,
+    )
     check_checkpoint(prefix, 5)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         check_checkpoint(prefix, 10)
-    assert one_line(e) == f"error: checkpoint {prefix} has 5 classes, this run 10"
+    assert str(e.value) == f"checkpoint {prefix} has 5 classes, this run 10"
     with pytest.raises(SystemExit) as e:
         train(digits_tfrecords, tmp_path / "results", "--init-checkpoint", prefix)
     assert one_line(e) == f"error: checkpoint {prefix} has 5 classes, this run 10"
     assert not (tmp_path / "results").exists()
     small = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-    other = tf.train.Checkpoint(model=small).write(str(tmp_path / "small" / "ckpt-1"))
-    with pytest.raises(SystemExit) as e:
+    other = tmp_path / "small"
+    save_training_checkpoint(
+        other / "checkpoint", {"model": small}, name="small_mlp", step=1, epoch=0, recipe={}
+    )
+    with pytest.raises(UserError) as e:
         check_checkpoint(other, 10)
-    assert one_line(e) == f"error: {other} is not a ResNet-50 checkpoint (no classifier over 2048 features)"
+    assert str(e.value) == (
+        f"--checkpoint {other} is not a TensorFlow ResNet-50 checkpoint (it is a checkpoint of small_mlp)"
+    )
 
 
 def test_evaluate_checkpoint_of_other_classes(tmp_path, digits_folder):
     """A 10-class checkpoint on a consistent 5-class dataset: named, not a 10% top-1."""
-    import tensorflow as tf
+    from resnet50_tf.checkpoint import CHECKPOINT_KIND
     from resnet50_tf.convert_tfrecords import convert
     from resnet50_tf.evaluate import main
     from resnet50_tf.model import resnet50
+    from zoo.tf import save_training_checkpoint
 
     five = tmp_path / "five"
     for split in ("train", "val"):
@@ -217,9 +233,10 @@ def test_evaluate_checkpoint_of_other_classes(tmp_path, digits_folder):
             shutil.copytree(digits_folder / split / str(label), five / split / str(label))
     convert(five, tmp_path / "five_tfrecords", train_shards=1, val_shards=1, workers=1)
     run = tmp_path / "run"
-    tf.train.Checkpoint(model=resnet50(10, image_size=32)).write(str(run / "checkpoints" / "ckpt-1"))
-    (run / "checkpoints" / "checkpoint").write_text('model_checkpoint_path: "ckpt-1"\n')
-    (run / "run.json").write_text(json.dumps({"num_classes": 10, "image_size": 32}))
+    save_training_checkpoint(
+        run / "checkpoint", {"model": resnet50(10, image_size=32)}, name=CHECKPOINT_KIND, step=1, epoch=0,
+        recipe={}, num_classes=10, image_size=32,
+    )  # fmt: skip
     with pytest.raises(SystemExit) as e:
         main(["--checkpoint", str(run), "--data-dir", str(tmp_path / "five_tfrecords")])
     assert one_line(e) == f"error: checkpoint has 10 classes but {tmp_path / 'five_tfrecords'} has 5"
@@ -260,5 +277,5 @@ def test_counts_must_be_positive(module, argv):
 def test_missing_init_checkpoint(tmp_path, digits_tfrecords):
     with pytest.raises(SystemExit) as e:
         train(digits_tfrecords, tmp_path / "results", "--init-checkpoint", tmp_path / "missing")
-    assert one_line(e) == f"error: checkpoint {tmp_path / 'missing'} does not exist"
+    assert one_line(e) == f"error: --init-checkpoint {tmp_path / 'missing'}: no such checkpoint"
     assert not (tmp_path / "results").exists()

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from zoo.errors import UserError
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted((MODEL_DIR / "scripts").glob("*.sh"))
@@ -33,7 +34,7 @@ def test_every_script_answers_help():
 def test_train_script_missing_data_dir_is_one_line(tmp_path):
     proc = _script("train.sh", "--data-dir", str(tmp_path / "nope"), "--results-dir", str(tmp_path / "r"))
     assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1] == f"data dir {tmp_path / 'nope'} does not exist"
+    assert proc.stderr.strip().splitlines()[-1] == f"error: data dir {tmp_path / 'nope'} does not exist"
     assert "Traceback" not in proc.stderr
 
 
@@ -62,7 +63,7 @@ def test_corrupt_jpeg_names_the_file(digits_folder, tmp_path):
     shutil.copytree(digits_folder, src)
     bad = sorted((src / "train" / "3").glob("*.jpg"))[0]
     bad.write_bytes(bad.read_bytes()[:200])  # truncated JPEG
-    with pytest.raises(SystemExit, match=f"corrupt or unreadable image {bad}"):
+    with pytest.raises(UserError, match=f"corrupt or unreadable image {bad}"):
         convert(src, tmp_path / "out", train_shards=2, val_shards=1, workers=1)
     assert not [p.name for p in (tmp_path / "out").iterdir() if p.name.endswith(".tmp")]  # no partial shard
 
@@ -84,7 +85,7 @@ def test_checkpoint_with_wrong_class_count(trained_run, digits_tfrecords, tmp_pa
     from resnet50_tf.checkpoint import restore_weights
     from resnet50_tf.model import resnet50
 
-    with pytest.raises(SystemExit, match="does not fit ResNet-50 with 5 classes"):
+    with pytest.raises(UserError, match=f"--checkpoint {run} does not fit this model"):
         restore_weights(resnet50(5, image_size=32), run)
 
 
@@ -95,9 +96,9 @@ def test_evaluate_reports_accuracy(trained_run, digits_tfrecords, tmp_path):
     metrics = main(
         ["--checkpoint", str(run), "--data-dir", str(digits_tfrecords), "--results-dir", str(tmp_path)]
     )
-    assert metrics["images"] == 359
+    assert metrics["samples"] == 359
     assert metrics["top1"] == pytest.approx(summary["val_top1"], abs=1e-6)
-    assert json.loads((tmp_path / "eval.json").read_text())["images"] == 359
+    assert json.loads((tmp_path / "eval.json").read_text())["samples"] == 359
 
 
 def test_deploy_without_repository(tmp_path):

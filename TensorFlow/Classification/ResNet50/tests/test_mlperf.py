@@ -33,13 +33,13 @@ def test_logs_pass_the_compliance_checker(interrupted_and_resumed):
 
     run = interrupted_and_resumed
     assert RULESETS["resnet"] == "4.0.0"  # the ruleset the README names
-    for name in ("mlperf.log", "mlperf-resumed-from-ckpt-2.log"):
+    for name in ("mlperf.log", "mlperf_resume1.log"):
         check_log(run / name, "resnet")  # raises MLPerfComplianceError with the checker's output
 
 
 def test_event_sequence_and_status(interrupted_and_resumed):
     run = interrupted_and_resumed
-    first, resumed = _events(run / "mlperf.log"), _events(run / "mlperf-resumed-from-ckpt-2.log")
+    first, resumed = _events(run / "mlperf.log"), _events(run / "mlperf_resume1.log")
     keys = [e["key"] for e in first]
     assert keys[:5] == [
         "submission_benchmark",
@@ -89,8 +89,8 @@ def test_tensorboard_scalars_beside_the_metrics(interrupted_and_resumed):
     metrics = [
         json.loads(line) for line in (interrupted_and_resumed / "metrics.jsonl").read_text().splitlines()
     ]
-    val = [m for m in metrics if m.get("phase") == "val"]
-    assert [(e.step, round(e.value, 4)) for e in scalars["val/top1"]] == [
+    val = [m for m in metrics if m.get("phase") == "eval"]
+    assert [(e.step, round(e.value, 4)) for e in scalars["eval/top1"]] == [
         (m["step"], round(m["metrics"]["top1"], 4)) for m in val
     ]
     assert [e.step for e in scalars["train/loss"]] == [2, 4]  # one line per epoch end (2 steps each)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from zoo.errors import UserError
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 
@@ -83,13 +84,13 @@ def test_registry_name_is_pulled_and_evaluated_with_its_preprocessing(
     monkeypatch.setattr(checkpoint, "REGISTRY", registry)
     monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "cache"))
     metrics = evaluate.main(["--checkpoint", "good", "--synthetic", "--batch-size", "2"])
-    assert metrics["synthetic"] and metrics["images"] == 4
+    assert metrics["synthetic"] and metrics["samples"] == 4
     assert "preprocessing: resize 36, crop 32, bicubic, mean (0.485, 0.456, 0.406)" in capsys.readouterr().err
     assert (tmp_path / "cache" / "good" / "w.h5").read_bytes() == (folder / "w.h5").read_bytes()
-    with pytest.raises(SystemExit, match="not an HDF5 file but an HTML page"):
+    with pytest.raises(UserError, match="not an HDF5 file but an HTML page"):
         checkpoint.resolve_checkpoint("login")
     assert not (tmp_path / "cache" / "login").exists() or not any((tmp_path / "cache" / "login").iterdir())
-    with pytest.raises(SystemExit, match="unknown checkpoint 'nope'"):
+    with pytest.raises(UserError, match="unknown checkpoint 'nope'"):
         checkpoint.resolve_checkpoint("nope")
 
 

@@ -17,11 +17,12 @@ def _train(model_dir, *args):
 
 
 def _state(run_dir, number=None):
-    """Every tensor of a training checkpoint (the newest, or ckpt-<number>) but the save counter."""
+    """Every tensor of a training checkpoint (the newest, or the one of step <number>) but the save counter."""
     import tensorflow as tf
+    from resnet50_tf.checkpoint import read_training_state
 
-    prefix = str(run_dir / "checkpoints" / f"ckpt-{number}") if number else None
-    reader = tf.train.load_checkpoint(prefix or tf.train.latest_checkpoint(str(run_dir / "checkpoints")))
+    folder = run_dir / "checkpoint" / f"step-{number}" if number else read_training_state(run_dir)["folder"]
+    reader = tf.train.load_checkpoint(str(folder / "variables"))
     keys = [
         k
         for k in reader.get_variable_to_shape_map()
@@ -80,14 +81,14 @@ def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
     _train_process(*common, "--results-dir", tmp_path / "unbroken")
     first = _train_process(*common, "--results-dir", tmp_path / "resumed", "--max-steps", 6)
     assert "resumed from" not in first
-    # what a kill during a checkpoint write leaves: TensorFlow's <prefix>_temp/ and zoo's .NAME.*.tmp
-    torn = tmp_path / "resumed" / "checkpoints" / "ckpt-8_temp"
+    # what a kill during a checkpoint write leaves: zoo.tf's temporary folder and zoo's .NAME.*.tmp
+    torn = tmp_path / "resumed" / "checkpoint" / ".step-8.k2x9q1.tmp"
     torn.mkdir()
     (torn / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"half a checkpoint")
     (tmp_path / "resumed" / ".run.json.k2x9q1.tmp").write_text("{")
     second = _train_process(*common, "--results-dir", tmp_path / "resumed", "--resume", "auto")
     assert not torn.exists() and not (tmp_path / "resumed" / ".run.json.k2x9q1.tmp").exists()
-    assert f"resumed from {tmp_path / 'resumed' / 'checkpoints' / 'ckpt-6'} at step 6" in second
+    assert f"resumed from {tmp_path / 'resumed' / 'checkpoint' / 'step-6'} at step 6" in second
     a, b = _state(tmp_path / "unbroken"), _state(tmp_path / "resumed")
     assert a.keys() == b.keys() and len(a) >= 161 + 106 + 161  # weights, batch-norm statistics, momentum
     weights = "optimizer/_trainable_variables/"  # each tensor is saved once, under its first path
@@ -115,7 +116,7 @@ def test_mixed_precision_policies(digits_tfrecords, tmp_path, amp, policy):
     assert np.isfinite(summary["train_loss"])
     expected = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}[amp]
     assert keras.mixed_precision.global_policy().name == expected
-    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(run / "checkpoints")))
+    reader = tf.train.load_checkpoint(str(run / "checkpoint" / "step-3" / "variables"))
     dtypes = reader.get_variable_to_dtype_map()
     floats = [k for k, d in dtypes.items() if d.is_floating]
     assert len(floats) > 400 and all(dtypes[k] == tf.float32 for k in floats)  # float32 master weights
