@@ -317,7 +317,7 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *TF_R50_TRAIN[2:], "--synthetic"],
-                ("unknown recipe key 'epoch'", "did you mean 'epochs'"),
+                ("unknown recipe key 'epoch'", "did you mean 'run.epochs'"),
                 {"recipe": f"base: {TF_R50_TINY}\nepoch: 2\n"},
             ),
             (
@@ -346,12 +346,12 @@ ROWS: list[Row] = [
             (
                 "batch-size-0",
                 [*TF_R50_TRAIN, "--synthetic", "--batch-size", "0"],
-                "batch_size_per_gpu must be a positive integer",
+                "run.batch_per_gpu must be a positive integer",
             ),
             (
                 "batch-size-neg",
                 [*TF_R50_TRAIN, "--synthetic", "--batch-size", "-3"],
-                "batch_size_per_gpu must be a positive integer",
+                "run.batch_per_gpu must be a positive integer",
             ),
             (
                 "epochs-0",
@@ -373,7 +373,7 @@ ROWS: list[Row] = [
                 "checkpoint-without-resume",
                 [*TF_R50_TRAIN, "--synthetic"],
                 "--resume auto",
-                {"files": {"results/checkpoints/checkpoint": 'model_checkpoint_path: "ckpt-8"\n'}},
+                {"files": {"results/checkpoint/latest.json": '{"folder": "step-8"}\n'}},
             ),
         ],
     ),  # fmt: skip
