@@ -20,7 +20,6 @@ NOT_YET_MOVED: set[str] = {
     "PyTorch/Recommendation/DLRM",
     "PyTorch/Segmentation/MaskRCNN",
     "PyTorch/Translation/Transformer",
-    "TensorFlow/Classification/ResNet50",
     "TensorFlow/LanguageModeling/BERT",
     "MXNet/Classification/ResNet50",
 }
