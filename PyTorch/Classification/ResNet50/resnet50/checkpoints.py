@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import re
-import sys
 
 import torch
 from zoo.checkpoints import CheckpointEntry, CheckpointError, Preprocessing, fetch, load_registry
@@ -100,6 +99,12 @@ def load_weights(
     final ``fc`` keeps its fresh initialisation (fine-tuning on a new label set).
     """
     state = extract_state_dict(read_checkpoint(path, trusted=trusted))
+    load_model_state(model, state, path, reset_classifier=reset_classifier)
+
+
+def load_model_state(model: torch.nn.Module, state: dict, path, *, reset_classifier: bool = False) -> None:
+    """Load ``state`` (our key names, read from ``path``) into ``model``; CheckpointError naming ``path``
+    when it is not a ResNet-50 v1.5 of the model's class count (see :func:`load_weights`)."""
     theirs, ours = checkpoint_num_classes(state), model.fc.out_features
     if theirs != ours:
         if not reset_classifier:
@@ -144,12 +149,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     from resnet50.model import resnet50
 
-    try:
-        load_weights(resnet50(num_classes=args.num_classes), args.path)
-    except CheckpointError as e:
-        raise SystemExit(f"error: {e}") from None
+    load_weights(resnet50(num_classes=args.num_classes), args.path)
     print(f"{args.path}: loads into ResNet-50 v1.5 with {args.num_classes} classes")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

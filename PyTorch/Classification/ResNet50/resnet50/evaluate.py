@@ -23,10 +23,10 @@ from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
-from resnet50.data import BACKENDS, DataConfig, DataError, build_loader, check_layout, one_line
+from resnet50.data import BACKENDS, DataConfig, build_loader, check_layout
+from resnet50.engine import evaluate
 from resnet50.inference import inference_model
 from resnet50.model import resnet50
-from resnet50.train import evaluate
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -95,10 +95,7 @@ def run(args) -> dict:
 @entry_point
 def main(argv=None) -> None:
     args = parse_args(argv)
-    try:
-        result = run(args)
-    except (DataError, CheckpointError) as e:
-        raise SystemExit(f"error: {one_line(e)}") from None
+    result = run(args)
     print(
         f"top1 {result['top1']:.2f}%  top5 {result['top5']:.2f}%  loss {result['loss']:.4f}  ({result['seconds']} s)"
     )

@@ -28,12 +28,11 @@ import tempfile
 
 import torch
 import zoo.cli
-from zoo.checkpoints import CheckpointError
 from zoo.cli import entry_point
+from zoo.errors import UserError
 from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
-from resnet50.data import one_line
 from resnet50.inference import inference_model
 from resnet50.model import resnet50
 
@@ -142,7 +141,7 @@ def export_repository(
     if preprocessing is not None:
         image_size = preprocessing.crop
     if amp == "bf16" and ("onnx" in models or "python" in models):
-        raise SystemExit("error: onnxruntime has no bf16 convolutions: export bf16 with --models libtorch")
+        raise UserError("onnxruntime has no bf16 convolutions: export bf16 with --models libtorch")
     num_classes = model.fc.out_features
     served = inference_model(model, amp=amp)
     repository = pathlib.Path(repository)
@@ -196,17 +195,12 @@ def main(argv=None) -> None:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
-        raise SystemExit(
-            f"error: unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}"
-        )
-    try:
-        model = load_model(args.checkpoint, args.pretrained, args.num_classes)
-        preprocessing = eval_preprocessing(args.pretrained, args.image_size or 224)
-    except CheckpointError as e:
-        raise SystemExit(f"error: {one_line(e)}") from None
+        raise UserError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    model = load_model(args.checkpoint, args.pretrained, args.num_classes)
+    preprocessing = eval_preprocessing(args.pretrained, args.image_size or 224)
     if args.image_size and args.image_size != preprocessing.crop:
-        raise SystemExit(
-            f"error: --image-size {args.image_size} differs from the crop {preprocessing.crop} "
+        raise UserError(
+            f"--image-size {args.image_size} differs from the crop {preprocessing.crop} "
             f"that {args.pretrained} was published with"
         )
     print(f"preprocessing: {preprocessing.describe()}")

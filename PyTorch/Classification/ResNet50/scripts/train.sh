@@ -19,7 +19,7 @@ Examples:
   scripts/train.sh --recipe configs/resnet50_1gpu_90ep.yaml --data-dir /data/imagenet
   NGPU=8 scripts/train.sh --recipe configs/resnet50_8gpu_90ep.yaml --data-dir /data/imagenet --target-top1 75.9
   scripts/train.sh --gpus 8 --nnodes 2 --node-rank 0 --rdzv-endpoint node0:29500 --recipe configs/resnet50_8gpu_90ep.yaml
-  scripts/train.sh --synthetic --epochs 1 --steps-per-epoch 200   # logs steady-state img/s (steps 21-200)
+  scripts/train.sh --synthetic --epochs 1 --steps-per-epoch 200   # logs steady-state throughput (steps 21-200)
   scripts/train.sh --recipe configs/resnet50_1gpu_90ep.yaml --data-dir /data/imagenet --resume auto
 USAGE
 }

@@ -30,7 +30,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
     """Failed, and stderr is one line naming the problem, with no traceback."""
     assert result.returncode != 0, result.stdout + result.stderr
     # Progress and metric lines printed before the failure are logging, not part of the error.
-    logging = (":::MLLOG", "[train]", "[val]", "train  [")
+    logging = (":::MLLOG", "[train]", "[eval]", "train  [", "eval  [")
     progress = re.compile(r"^\S+: [\d.]+/[\d.?]+ [KMG]?i?B")  # a download's progress lines
     lines = [
         line

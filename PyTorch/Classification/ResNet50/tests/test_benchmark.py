@@ -1,5 +1,5 @@
-"""scripts/benchmark.sh on the CPU: both modes with the report, the real input pipeline, DDP scaling,
-and its one-line errors."""
+"""scripts/benchmark.sh on the CPU: both modes with the report, the real input pipeline, the scaling
+mode (--gpus, zoo.scaling) in two gloo processes, and its one-line errors."""
 
 import json
 import os
@@ -35,7 +35,7 @@ def test_benchmark_script_reports_both_modes_on_cpu(model_dir, tmp_path):
                     "--latency-iters", "3", "--output", report)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(report.read_text())
-    assert data["schema"] == "zoo.bench/v1" and data["meta"]["recipe"]["data"]["batch_size"] == 2
+    assert data["schema"] == "zoo.bench/v1" and data["meta"]["recipe"]["run"]["batch_per_gpu"] == 2
     rows = {(r["mode"], r["model"]): r for r in data["results"]}
     assert set(rows) == {
         ("train", "tv-eager"),
@@ -45,7 +45,7 @@ def test_benchmark_script_reports_both_modes_on_cpu(model_dir, tmp_path):
     }
     for r in rows.values():
         assert r["images_per_s"] > 0 and len(r["images_per_s_windows"]) == 2
-        assert r["amp"] == "fp32" and r["batch_size"] == 2
+        assert r["precision"] == "fp32" and r["batch_size"] == 2
     # ours is the recipe with its --set override; the baseline keeps torchvision's levers
     assert rows[("train", "ours")]["levers"]["fused_optimizer"] is True
     assert rows[("train", "ours")]["levers"]["compile"] is None  # digits_cpu.yaml stays eager
@@ -57,9 +57,9 @@ def test_benchmark_script_reports_both_modes_on_cpu(model_dir, tmp_path):
     table = [line.split() for line in out.stdout.splitlines() if line.startswith(("train", "inference"))]
     assert [(t[0], t[1]) for t in table] == [("train", "tv-eager"), ("train", "ours"),
                                              ("inference", "tv-eager"), ("inference", "ours")]  # fmt: skip
-    assert table[2][6] == "1.00x" and table[0][6] == "-"  # no tv-compile row to compare training with
+    assert table[2][5] == "1.00x" and table[0][5] == "-"  # no tv-compile row to compare training with
     ratio = rows[("inference", "ours")]["images_per_s"] / rows[("inference", "tv-eager")]["images_per_s"]
-    assert table[3][6] == f"{ratio:.2f}x"
+    assert table[3][5] == f"{ratio:.2f}x"
 
 
 def test_benchmark_real_jpeg_pipeline_on_cpu(model_dir, tmp_path):
@@ -80,36 +80,27 @@ def test_benchmark_real_jpeg_pipeline_on_cpu(model_dir, tmp_path):
     assert all(r["images_per_s"] > 0 for r in rows.values())
 
 
-def test_scaling_runs_ddp_in_two_processes_on_cpu(model_dir, tmp_path):
-    """--gpus 1,2 runs each model under torchrun: DDP keeps the replicas equal although each process
-    trains on its own batch, and the scaling is img/s(N) / (N x img/s(1))."""
+@pytest.mark.timeout(300)
+def test_scaling_mode_times_the_recipe_step_in_two_gloo_processes(model_dir, tmp_path):
+    """--gpus 2 hands over to zoo.scaling: the recipe's step (DDP over gloo) in 1 and in 2 processes,
+    launched as train.sh launches, replicas equal after the timed steps, scaling against 1 process."""
     report = tmp_path / "scaling.json"
-    out = benchmark(model_dir, *TINY, "--mode", "train", "--gpus", "1,2", "--models", "tv-eager,ours",
-                    "--warmup", "1", "--iters", "2", "--windows", "1", "--output", report)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = {(r["model"], r["gpus"]): r for r in json.loads(report.read_text())["results"]}
-    assert set(rows) == {("tv-eager", 1), ("tv-eager", 2), ("ours", 1), ("ours", 2)}
-    for (name, gpus), r in rows.items():
-        assert r["replicas_agree"] is (True if gpus == 2 else None)
-        assert r["scaling"] == pytest.approx(r["images_per_s"] / (gpus * rows[(name, 1)]["images_per_s"]))
-    table = [line.split() for line in out.stdout.splitlines() if line.startswith("train")]
-    assert [(t[1], t[2]) for t in table] == [
-        ("tv-eager", "1"),
-        ("tv-eager", "2"),
-        ("ours", "1"),
-        ("ours", "2"),
-    ]
+    out = benchmark(model_dir, "--gpus", "2", "--recipe", "configs/digits_cpu.yaml", "--batch-size", "2",
+                    "--set", "data.image_size=16", "--window-seconds", "0.2", "--windows", "1", "--warmup", "1",
+                    "--output", report, timeout=280)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = json.loads(report.read_text())["results"]
+    assert [row["gpus"] for row in rows] == [1, 2]
+    assert [row["replicas_agree"] for row in rows] == [None, True]
+    assert all(row["batch_per_gpu"] == 2 and row["unit"] == "img/s" and row["throughput"] > 0 for row in rows)
+    assert rows[1]["scaling"] == pytest.approx(rows[1]["throughput"] / (2 * rows[0]["throughput"]))
+    assert "scripts/benchmark.sh --gpus 2" in out.stdout and "equal" in out.stdout
 
 
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
         (["--trace", "t"], "benchmark.sh: error: --trace needs --profile"),
-        (["--gpus", "1,2", "--mode", "inference"], "benchmark.sh: error: --gpus times synthetic training"),
-        (
-            ["--gpus", "two", "--mode", "train"],
-            "benchmark.sh: error: --gpus 'two': expected GPU counts such as 1,2,4",
-        ),
         (["--models", "ours,resnet"], "benchmark.sh: error: unknown model(s) resnet: choose from"),
         (
             ["--models", "loader"],
@@ -129,3 +120,20 @@ def test_bad_flags_are_one_line(model_dir, tmp_path, flags, message):
     assert lines[-1].startswith(message), out.stderr
     assert len([line for line in lines if not line.startswith("usage:") and not line.startswith(" ")]) == 1
     assert not (tmp_path / "t").exists()  # nothing written on a bad command line
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--gpus", "1,2", "--mode", "inference"],
+            "error: benchmark.sh --gpus does not take --mode inference",
+        ),
+        (["--gpus", "two"], "error: --gpus 'two': expected GPU counts such as 1,2,4"),
+        (["--gpus", "2", "--window-seconds", "0"], "error: --warmup must be >= 0, --windows >= 1"),
+    ],
+)
+def test_scaling_mode_bad_flags_are_one_line(model_dir, tmp_path, flags, message):
+    out = benchmark(model_dir, *flags, timeout=120, cwd=tmp_path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith(message), out.stderr

@@ -7,6 +7,7 @@ import torch
 from resnet50.export import export_onnx, export_repository, export_torchscript
 from resnet50.inference import fold_batchnorm, inference_model
 from resnet50.model import resnet50
+from zoo.errors import UserError
 from zoo.triton.repository import parse_pbtxt
 
 SIZE = 32
@@ -125,6 +126,6 @@ def test_repository_files_carry_the_precision(tmp_path, trained, images):
 
 
 def test_bf16_onnx_export_is_a_one_line_error(tmp_path, trained):
-    with pytest.raises(SystemExit, match="onnxruntime has no bf16 convolutions"):
+    with pytest.raises(UserError, match="onnxruntime has no bf16 convolutions"):
         export_repository(trained, tmp_path, image_size=SIZE, models=("onnx",), amp="bf16")
     assert not list(tmp_path.iterdir())  # nothing written

@@ -7,19 +7,23 @@ import sys
 import pytest
 import torch
 from r50_testutil import MODEL_DIR, model_env, run_module
+from zoo.errors import UserError
 from zoo.mlperf import check_log
+from zoo.recipe import Interval, run_config
 
 TINY = ["--recipe", "configs/digits_cpu.yaml", "--image-size", 16, "--workers", 1, "--threads", 2]
 
 
 def losses(results_dir) -> dict[int, float]:
     records = [json.loads(line) for line in (results_dir / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r["metrics"]["loss"] for r in records if r.get("phase") == "train" and "metrics" in r}
+    return {
+        r["step"]: r["metrics"]["loss"] for r in records if r["phase"] == "train" and "loss" in r["metrics"]
+    }
 
 
 def val_records(results_dir) -> list[dict]:
     records = [json.loads(line) for line in (results_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r["metrics"] for r in records if r.get("phase") == "val"]
+    return [r["metrics"] for r in records if r["phase"] == "eval"]
 
 
 def test_short_training_learns(tmp_path, digits16):
@@ -74,8 +78,8 @@ def test_mlperf_log_passes_the_compliance_checker(tmp_path, digits16):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     scalars = EventAccumulator(str(out / "tensorboard"))
     scalars.Reload()
-    assert {"train/loss", "val/top1"} <= set(scalars.Tags()["scalars"])
-    top1 = [event.value for event in scalars.Scalars("val/top1")]
+    assert {"train/loss", "eval/top1"} <= set(scalars.Tags()["scalars"])
+    top1 = [event.value for event in scalars.Scalars("eval/top1")]
     assert top1 == pytest.approx([100 * value["eval_accuracy"]["value"]])
 
 
@@ -89,7 +93,7 @@ def test_mixed_precision_step(tmp_path, digits16, amp):
     assert result.returncode == 0, result.stderr[-3000:]
     assert all(math.isfinite(v) for v in losses(out).values())
     state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
-    assert state["global_step"] == 2 and ("scale" in state["scaler"]) == (amp == "fp16")
+    assert state["step"] == 2 and ("scale" in state["scaler"]) == (amp == "fp16")
 
 
 def test_resume_after_kill_matches_unbroken_run(tmp_path, digits16):
@@ -101,7 +105,7 @@ def test_resume_after_kill_matches_unbroken_run(tmp_path, digits16):
     assert killed.returncode == 137
     # Killed at step 6: the last checkpoint is from step 5 (epoch 1, after its first batch); step 6 is redone.
     state = torch.load(broken / "checkpoint.pt", map_location="cpu", weights_only=False)
-    assert (state["epoch"], state["batch_in_epoch"], state["global_step"]) == (1, 1, 5)
+    assert (state["epoch"], state["step_in_epoch"], state["step"]) == (1, 1, 5)
     resumed = run_module("resnet50.train", *common, "--results-dir", broken, "--resume", "auto")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     expected, got = losses(unbroken), losses(broken)  # the resumed run appends steps 6..8
@@ -173,8 +177,40 @@ def test_shared_flags_reach_the_recipe():
     args = parse_args(["--recipe", str(MODEL_DIR / "configs" / "digits_cpu.yaml"), "--amp", "bf16", "--target-top1", "75.9",
                        "--set", "data.workers=3", "--set", "optimizer.momentum=0.8"])  # fmt: skip
     recipe = build_recipe(args)
-    assert recipe["train"]["amp"] == "bf16" and recipe["train"]["target_top1"] == 75.9
+    assert recipe["run"]["precision"] == "bf16" and recipe["run"]["target"]["value"] == 75.9
     assert (recipe["data"]["workers"], recipe["optimizer"]["momentum"]) == (3, 0.8)  # both --set items kept
+
+
+def test_run_flags_reach_the_run_section():
+    """The flags a ResNet-50 user had (--batch-size, --epochs, --log-every, --checkpoint-every, --seed) and
+    the shared ones it gained (--accumulation, --steps) set run: keys; the run's length follows them."""
+    from resnet50.train import build_recipe, parse_args, run_length
+
+    digits = ["--recipe", str(MODEL_DIR / "configs" / "digits_cpu.yaml")]
+    run = run_config(build_recipe(parse_args([*digits, "--batch-size", "16", "--accumulation", "2", "--epochs", "3",
+                                              "--log-every", "5", "--checkpoint-every", "40", "--seed", "7"])))  # fmt: skip
+    assert (run.batch_per_gpu, run.accumulation, run.epochs, run.steps, run.log_every, run.seed) == (
+        16,
+        2,
+        3,
+        None,
+        5,
+        7,
+    )
+    assert run.checkpoint_every == Interval(40, "steps") and run.eval_every == Interval(1, "epochs")
+    assert run_length(run, steps_per_epoch=50) == (3, 150)
+    run = run_config(build_recipe(parse_args([*digits, "--steps", "120", "--set", "run.batch_per_gpu=8"])))
+    assert (run.epochs, run.steps, run.batch_per_gpu) == (None, 120, 8)
+    assert run_length(run, steps_per_epoch=50) == (3, 120)  # the third epoch is cut at step 120
+
+
+def test_evaluation_counted_in_steps_is_a_one_line_error(tmp_path):
+    from r50_testutil import assert_one_line_error
+
+    result = run_module("resnet50.train", *TINY, "--synthetic", "--results-dir", tmp_path / "r",
+                        "--set", "run.eval_every=100 steps")  # fmt: skip
+    assert_one_line_error(result, "run.eval_every: ResNet-50 evaluates after whole epochs")
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize(
@@ -183,7 +219,7 @@ def test_shared_flags_reach_the_recipe():
         (["--target-accuracy", "75"], "error: --target-accuracy was renamed: use --target-top1"),
         (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
         (["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
-        (["--set", "train.amp=none"], "error: amp must be one of bf16, fp16, fp32, not 'none'"),
+        (["--set", "run.precision=none"], "error: run.precision must be one of bf16, fp16, fp32, not 'none'"),
         (["--steps-per-epoch", "0"], "error: --steps-per-epoch must be a positive integer, not 0"),
     ],
 )
@@ -198,18 +234,67 @@ def test_old_recipe_key_is_one_line(tmp_path):
     from r50_testutil import assert_one_line_error
 
     recipe = tmp_path / "old.yaml"
-    recipe.write_text(f"base: {MODEL_DIR / 'configs' / 'digits_cpu.yaml'}\ntrain:\n  target_accuracy: 75.0\n")
+    recipe.write_text(f"base: {MODEL_DIR / 'configs' / 'digits_cpu.yaml'}\ntrain:\n  target_top1: 75.0\n")
     result = run_module("resnet50.train", "--recipe", recipe, "--synthetic", "--results-dir", tmp_path / "r")
-    assert_one_line_error(
-        result, "unknown recipe key 'train.target_accuracy'", "did you mean 'train.target_top1'"
-    )
+    assert_one_line_error(result, "unknown recipe key 'train.target_top1'", "did you mean 'run.target'")
 
 
 def test_existing_checkpoint_needs_resume_auto_or_none(tmp_path):
     from resnet50.train import parse_args, train
 
     (tmp_path / "checkpoint.pt").write_bytes(b"finished work")
-    with pytest.raises(SystemExit, match="pass --resume auto to continue it, --resume none to start over"):
+    with pytest.raises(UserError, match="pass --resume auto to continue it, --resume none to start over"):
         train(parse_args(["--recipe", str(MODEL_DIR / "configs" / "digits_cpu.yaml"), "--synthetic",
                           "--results-dir", str(tmp_path)]))  # fmt: skip
     assert (tmp_path / "checkpoint.pt").read_bytes() == b"finished work"
+
+
+def test_two_nodes_train_as_one_node(tmp_path, digits16):
+    """scripts/multinode_check.sh on the CPU (gloo): two train.sh launches as two nodes of one process
+    (--nnodes 2 --node-rank 0/1) log the same loss at every step as one node of two processes."""
+    import subprocess
+
+    out = tmp_path / "check"
+    result = subprocess.run(
+        ["bash", str(MODEL_DIR / "scripts" / "multinode_check.sh"), "--gpus-per-node", "1", "--results-dir", out,
+         "--port", str(_free_port()), "--recipe", "configs/digits_cpu.yaml", "--data-dir", digits16,
+         "--device", "cpu", "--image-size", "16", "--workers", "0", "--threads", "1", "--batch-size", "8",
+         "--epochs", "1", "--steps-per-epoch", "3"],
+        capture_output=True, text=True, timeout=600, cwd=str(MODEL_DIR),
+        env=model_env(OMP_NUM_THREADS="1", PYTHON=sys.executable),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "same losses at all 3 steps (--rtol 0)" in result.stdout
+    assert losses(out / "one_node") == losses(out / "two_nodes") and len(losses(out / "one_node")) == 3
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_one_and_two_processes_reach_the_same_top1(tmp_path, digits16):
+    """Time to quality: the digits recipe with a fixed global batch (optimizer.global_batch 32) on 1 process
+    (2 micro-steps of 16) and on 2 processes (1 micro-step of 16 each), so the same batch per process, the
+    same global batch and the same LR, reaches the same top-1 (within 5 points) after the same epochs."""
+    import subprocess
+
+    top1 = {}
+    for processes in (1, 2):
+        out = tmp_path / f"{processes}"
+        result = subprocess.run(
+            ["bash", str(MODEL_DIR / "scripts" / "train.sh"), "--gpus", str(processes), "--rdzv-endpoint",
+             f"127.0.0.1:{_free_port()}", "--recipe", "configs/digits_cpu.yaml", "--data-dir", digits16,
+             "--results-dir", out, "--device", "cpu", "--image-size", "16", "--workers", "0", "--threads", "1",
+             "--batch-size", "16", "--set", "optimizer.global_batch=32", "--epochs", "2", "--log-every", "50"],
+            capture_output=True, text=True, timeout=1200, cwd=str(MODEL_DIR),
+            env=model_env(OMP_NUM_THREADS="1", PYTHON=sys.executable),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "global batch 32" in result.stdout
+        top1[processes] = val_records(out)[-1]["top1"]
+    assert min(top1.values()) > 30.0, top1  # learnt (chance is 10%)
+    assert abs(top1[1] - top1[2]) < 5.0, top1

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zoo.checkpoints import Preprocessing
+from zoo.recipe import flag as recipe_flag
+from zoo.recipe import run_config
 
 from resnet50.data.dali import DaliLoader
 from resnet50.data.folder import (
@@ -40,6 +42,7 @@ from resnet50.data.folder import (
 )
 from resnet50.data.gpu_decode import build_gpu_decode_loader, crop_resize
 from resnet50.data.synthetic import SyntheticLoader
+from resnet50.step import accumulation
 
 BACKENDS = ("pytorch", "gpu-decode", "dali-gpu", "dali-cpu", "synthetic")
 
@@ -68,6 +71,20 @@ class DataConfig:
     channels_last: bool = False
     synthetic_batches: int = 100  # synthetic backend: training batches per epoch (there is no data set)
     val_preprocessing: Preprocessing | None = None  # validation resize/crop/mean/std (default: 256/224)
+
+    @classmethod
+    def from_recipe(cls, recipe: dict, device, *, data_dir=None, rank=0, world_size=1, synthetic_batches=100):
+        """The training input of a recipe: its data: section, and batches of one optimizer step on one of
+        ``world_size`` GPUs (batch per GPU x accumulation images; the validation loader takes batch_per_gpu)."""
+        data, run = recipe["data"], run_config(recipe)
+        return cls(
+            data_dir, backend=data["backend"], batch_size=run.batch_per_gpu * accumulation(recipe, world_size),
+            image_size=int(data["image_size"]), workers=int(data["workers"]),
+            crop_scale=(float(data["min_crop_scale"]), 1.0), num_classes=int(recipe["model"]["num_classes"]),
+            seed=run.seed, rank=rank, world_size=world_size, device=str(device),
+            channels_last=recipe_flag(recipe["train"]["channels_last"], "train.channels_last"),
+            synthetic_batches=synthetic_batches,
+        )  # fmt: skip
 
 
 def build_loader(cfg: DataConfig, split: str, classes: list[str] | None = None):

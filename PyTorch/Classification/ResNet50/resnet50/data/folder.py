@@ -17,13 +17,14 @@ from collections.abc import Iterator
 
 import torch
 from zoo.checkpoints import Preprocessing
+from zoo.errors import UserError, one_line
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
-class DataError(Exception):
+class DataError(UserError):
     """Bad input data (a missing folder, an unreadable image); the message is one line naming it."""
 
 
@@ -53,12 +54,12 @@ def eval_transform(preprocessing: Preprocessing):
     )
 
 
-def one_line(error: BaseException) -> str:
-    """The last meaningful line of an exception message (DataLoader re-raises with a worker traceback)."""
+def worker_message(error: BaseException) -> str:
+    """The message of an error raised in a DataLoader worker: the loader re-raises it in the main
+    process as "Caught DataError in DataLoader worker...Traceback...\n<module>.DataError: message"."""
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     if not lines:
         return type(error).__name__
-    # A DataLoader worker's error comes back as "...Traceback...\n<module>.DataError: message".
     return re.sub(r"^[\w.]*(Error|Exception): ", "", lines[-1])
 
 
@@ -261,8 +262,11 @@ class EpochLoader:
     def epoch(self, epoch: int, start_batch: int = 0):
         self.sampler.set_epoch(epoch, start_batch)
         self.dataset.set_epoch(epoch)
-        # the loader's workers start here, in the consumer's thread
-        yield from self.device_batches(iter(self.loader))
+        try:
+            # the loader's workers start here, in the consumer's thread
+            yield from self.device_batches(iter(self.loader))
+        except DataError as error:  # a worker's error comes back with the worker's traceback in its message
+            raise DataError(worker_message(error)) from None
 
     def device_batches(self, batches):
         """(images, labels) on the device from the DataLoader's batches."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pathlib
 
 import torch
+from zoo.errors import one_line
 
 from resnet50.data.folder import (
     IMAGENET_MEAN,
@@ -19,7 +20,6 @@ from resnet50.data.folder import (
     ShardedSampler,
     data_loader,
     list_samples,
-    one_line,
     random_resized_crop_box,
     sample_generator,
     val_resize_size,

@@ -19,9 +19,10 @@ import sys
 import time
 
 from zoo.cli import entry_point
+from zoo.errors import UserError, one_line
 from zoo.manifest import DataManifest
 
-from resnet50.data.folder import DataError, check_layout, list_samples, one_line
+from resnet50.data.folder import DataError, check_layout, list_samples
 
 # Decoding is CPU work in PIL (which releases the GIL while it decodes): threads keep every core busy.
 DEFAULT_WORKERS = min(32, os.cpu_count() or 1)
@@ -96,11 +97,8 @@ def main(argv=None) -> None:
     p.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="decoding threads")
     a = p.parse_args(argv)
     if a.workers < 1:
-        raise SystemExit(f"error: --workers must be a positive integer, not {a.workers}")
-    try:
-        manifest = verify(a.data_dir, tuple(s for s in a.splits.split(",") if s), workers=a.workers)
-    except DataError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise UserError(f"--workers must be a positive integer, not {a.workers}")
+    manifest = verify(a.data_dir, tuple(s for s in a.splits.split(",") if s), workers=a.workers)
     print(f"every image decodes; {len(manifest.files)} files recorded in {manifest.path}")
 
 
