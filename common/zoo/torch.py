@@ -268,3 +268,72 @@ def load_training_checkpoint(path, needed, what: str, flag: str = "--resume") ->
     if missing:
         raise UserError(f"{flag} {path} is not {what} (no {', '.join(missing)})")
     return state
+
+
+SHARDED_CHECKPOINT_NAME = "checkpoint"  # RESULTS_DIR/checkpoint/: a sharded training checkpoint (a folder)
+# The fields of a sharded checkpoint's checkpoint.pt: TRAINING_STATE_FIELDS less the model, which is in the shards.
+SHARDED_STATE_FIELDS = tuple(field for field in TRAINING_STATE_FIELDS if field != "model")
+
+
+def save_training_checkpoint_sharded(path, sharded: dict, state: dict) -> None:
+    """A training checkpoint whose tensors are sharded over the ranks (TorchRec's embedding tables, too large
+    for one process to gather), as the folder ``path``: ``sharded`` (each rank writes its shards through
+    ``torch.distributed.checkpoint``: the model and any optimizer state that lives with the shards) and
+    ``checkpoint.pt``, rank 0's ``state`` through :func:`save_training_checkpoint` (SHARDED_STATE_FIELDS
+    and the model's own). The folder is written as ``path.tmp`` and renamed over ``path`` once complete,
+    so a run killed mid-write leaves the previous checkpoint whole. A collective: every rank calls it."""
+    import pathlib
+    import shutil
+
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    path = pathlib.Path(path)
+    primary = not dist.is_initialized() or dist.get_rank() == 0
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    if primary:
+        for stale in (tmp, old):  # what a save killed midway left
+            shutil.rmtree(stale, ignore_errors=True)
+    if dist.is_initialized():
+        dist.barrier()
+    dcp.save(sharded, checkpoint_id=str(tmp))
+    if primary:
+        save_training_checkpoint(tmp / CHECKPOINT_NAME, state)
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def load_training_checkpoint_sharded(
+    path, sharded: dict | None, needed, what: str, flag: str = "--resume"
+) -> dict:
+    """Read the folder of :func:`save_training_checkpoint_sharded`: fill ``sharded`` (this run's state dict,
+    with the same keys; in place, resharded to this run's ranks) and return its ``checkpoint.pt`` state.
+    ``sharded`` None reads the state alone: a run checks what it resumes before it writes anything.
+
+    A path that is not such a folder, a state without every key of ``needed`` (SHARDED_STATE_FIELDS and the
+    model's own), or shards that do not fit ``sharded`` end in one line: ``error: --resume PATH is not
+    <what> (...)`` or ``... does not fit this model``. A collective: every rank calls it."""
+    import pathlib
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    path = pathlib.Path(path)
+    if not (path / CHECKPOINT_NAME).is_file():
+        found = f"no {CHECKPOINT_NAME} in it" if path.is_dir() else "not a folder"
+        raise UserError(f"{flag} {path} is not {what} ({found})")
+    state = load_training_checkpoint(path / CHECKPOINT_NAME, needed, what, flag)
+    if sharded is None:
+        return state
+    try:
+        dcp.load(sharded, checkpoint_id=str(path))
+    # DCP's CheckpointException (a BaseException) reports every rank's traceback: its last line says why.
+    except (Exception, CheckpointException) as e:  # noqa: BLE001
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        reason = lines[-1][:300] if lines else type(e).__name__
+        raise UserError(f"{flag} {path} does not fit this model: {reason}") from None
+    return state
