@@ -687,8 +687,8 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *TRANSFORMER_TRAIN[2:]],
-                ("unknown recipe key 'train.epoch'", "did you mean 'train.epochs'"),
-                {"recipe": f"base: {TRANSFORMER_TINY}\ntrain:\n  epoch: 2\n"},
+                ("unknown recipe key 'run.epoch'", "did you mean 'run.epochs'"),
+                {"recipe": f"base: {TRANSFORMER_TINY}\nrun:\n  epoch: 2\n"},
             ),
             (
                 "set-key",
@@ -696,14 +696,14 @@ ROWS: list[Row] = [
                 ("unknown recipe key 'optimizer.lrr'", "did you mean 'optimizer.lr'"),
             ),
             (
-                "max-tokens-0",
-                [*TRANSFORMER_TRAIN, "--set", "data.max_tokens=0"],
-                "max_tokens must be a positive integer",
+                "batch-per-gpu-0",
+                [*TRANSFORMER_TRAIN, "--set", "run.batch_per_gpu=0"],
+                "run.batch_per_gpu must be a positive integer",
             ),
             ("epochs-0", [*TRANSFORMER_TRAIN, "--epochs", "0"], "epochs must be a positive integer"),
             (
                 "accumulation-0",
-                [*TRANSFORMER_TRAIN, "--set", "train.accumulation=0"],
+                [*TRANSFORMER_TRAIN, "--set", "run.accumulation=0"],
                 "accumulation must be a positive integer",
             ),
             ("amp-none", [*TRANSFORMER_TRAIN, "--amp", "none"], "use --amp fp32"),
@@ -713,7 +713,11 @@ ROWS: list[Row] = [
                 "--resume auto",
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
-            ("resume-text", [*TRANSFORMER_TRAIN, "--resume", "{text}"], "not a readable PyTorch checkpoint"),
+            (
+                "resume-text",
+                [*TRANSFORMER_TRAIN, "--resume", "{text}"],
+                ("not a Transformer training checkpoint", "cannot be read"),
+            ),
             (
                 "resume-foreign",
                 [*TRANSFORMER_TRAIN, "--resume", "{foreign}"],

@@ -19,7 +19,6 @@ NOT_YET_MOVED: set[str] = {
     "PyTorch/Detection/SSD",
     "PyTorch/Recommendation/DLRM",
     "PyTorch/Segmentation/MaskRCNN",
-    "PyTorch/Translation/Transformer",
     "TensorFlow/LanguageModeling/BERT",
     "MXNet/Classification/ResNet50",
 }

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from transformer.model import BOS, EOS, PAD, build_model
-from transformer.train import (
+from transformer.step import (
     TranslationLoss,
     build_optimizer,
     compile_mode,
@@ -16,6 +16,7 @@ from transformer.train import (
     train_step,
     training_net,
 )
+from zoo.errors import UserError
 
 DIMS = {"d_model": 32, "heads": 4, "ffn": 64, "encoder_layers": 2, "decoder_layers": 3, "dropout": 0.0}
 VOCAB = 50
@@ -150,12 +151,12 @@ def test_compile_mode_reads_the_recipe_value(value, mode):
 
 @pytest.mark.parametrize("value", ["reduce-overhead", "max-autotune"])
 def test_cuda_graph_modes_are_refused_in_one_line(value):
-    with pytest.raises(SystemExit, match=f"train.compile {value} replays CUDA graphs"):
+    with pytest.raises(UserError, match=f"train.compile {value} replays CUDA graphs"):
         compile_mode(value)
 
 
 def test_an_unknown_compile_mode_is_a_one_line_error():
-    with pytest.raises(SystemExit, match="train.compile must be false or one of default"):
+    with pytest.raises(UserError, match="train.compile must be false or one of default"):
         compile_mode("fastest")
 
 

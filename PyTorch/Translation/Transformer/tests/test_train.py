@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformer.evaluate import score_bleu
 from transformer.train import main
+from zoo.errors import UserError
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 RECIPE = MODEL_DIR / "configs" / "numbers_cpu.yaml"
@@ -39,7 +40,7 @@ def test_bleu_rises_far_above_the_copy_baseline(trained, numbers_data):
     lines = [json.loads(line) for line in (results / "metrics.jsonl").read_text().splitlines()]
     losses = [r["metrics"]["loss"] for r in lines if r.get("phase") == "train"]
     assert losses[-1] < losses[0] - 1.0
-    assert [r["metrics"]["bleu"] for r in lines if r.get("phase") == "val"][-1] == pytest.approx(
+    assert [r["metrics"]["bleu"] for r in lines if r.get("phase") == "eval"][-1] == pytest.approx(
         summary["bleu"]
     )
     assert list((results / "tensorboard").glob("events.out.tfevents.*"))
@@ -125,7 +126,7 @@ def test_mismatched_parallel_files_are_a_one_line_error(tmp_path):
 
     (tmp_path / "a.en").write_text("one\ntwo\n")
     (tmp_path / "a.de").write_text("eins\n")
-    with pytest.raises(SystemExit, match="has 2 lines but .* has 1"):
+    with pytest.raises(UserError, match="has 2 lines but .* has 1"):
         prepare({"train": (tmp_path / "a.en", tmp_path / "a.de")}, tmp_path / "out", vocab_size=50)
     assert not (tmp_path / "out" / "tokenizer.json").exists()
 

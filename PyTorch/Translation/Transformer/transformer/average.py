@@ -13,6 +13,7 @@ import pathlib
 
 import torch
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
 
 def average(paths: list) -> dict:
@@ -20,7 +21,7 @@ def average(paths: list) -> dict:
     from transformer.evaluate import load_model
 
     if len(paths) < 2:
-        raise SystemExit("error: averaging needs at least two checkpoints")
+        raise UserError("averaging needs at least two checkpoints")
     total, settings, vocab_size = None, None, None
     for path in paths:
         model, these = load_model(path)
@@ -30,7 +31,7 @@ def average(paths: list) -> dict:
             settings, vocab_size = these, model.cfg.vocab_size
             continue
         if weights.keys() != total.keys() or any(weights[k].shape != total[k].shape for k in total):
-            raise SystemExit(f"error: {path} holds a different model than {paths[0]}")
+            raise UserError(f"{path} holds a different model than {paths[0]}")
         for key, value in weights.items():
             total[key] += value.double()
     mean = {k: (v / len(paths)).to(weights[k].dtype) for k, v in total.items()}

@@ -1,28 +1,37 @@
 """Training tokens/s of our Transformer next to Hugging Face's MarianMTModel of the same dimensions,
-and beam-search translation sentences/s, measured with zoo.bench.measure; a JSON report.
+and beam-search translation sentences/s, measured with zoo.bench.measure; a JSON report. With --gpus,
+the scaling mode every PyTorch model shares (zoo.scaling): the recipe's training step over 1, 2, 4 ... GPUs.
 
     python -m transformer.benchmark --recipe configs/transformer_big_wmt14.yaml --amp bf16
     python -m transformer.benchmark --recipe configs/numbers_cpu.yaml --vocab-size 400 --batch-size 8 --seq-len 16
+    python -m transformer.benchmark --gpus 1,2,4 --recipe configs/transformer_big_wmt14_8gpu.yaml
 
 Both training steps take the same random batch (B sentences of S source and S target tokens), the
-same Adam settings and the same autocast. Ours is transformer.train.train_step on the recipe's model
+same Adam settings and the same autocast. Ours is transformer.step.TrainStep on the recipe's model
 with the recipe's levers (``model.fused_qkv``, ``model.fused_cross_kv``, ``train.compile``,
 ``optimizer.fused``; ``--set`` turns one off). Marian is Hugging Face's step as its users run it fast:
 SDPA attention, ``torch.compile`` (default mode) and fused Adam on a GPU; eager with plain Adam on the
 CPU (``--marian-eager`` forces that everywhere). The report lists each measurement and the ratio
 ours / Marian.
+
+The scaling mode (``--gpus 1,2,4``, zoo.scaling) times TrainStep, DDP-wrapped as in training, on random
+sentence pairs of ``benchmark.lengths`` tokens (a batch of ``run.batch_per_gpu`` padded tokens per
+length, cycled; ``benchmark.vocab_size`` ids), ``run.accumulation`` batches an update, in tokens/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import pathlib
 import time
 
 import torch
+import zoo.scaling
 from zoo.cli import entry_point
 
 from transformer.model import BOS, EOS, PAD, build_model
+from transformer.step import DEFAULT_RECIPE, TrainStep, compile_mode
 
 
 def random_batch(batch: int, length: int, vocab_size: int, seed: int = 0) -> dict:
@@ -33,6 +42,31 @@ def random_batch(batch: int, length: int, vocab_size: int, seed: int = 0) -> dic
     tgt[:, -1] = EOS
     tgt_in = torch.cat([torch.full((batch, 1), BOS), tgt[:, :-1]], dim=1)
     return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt}
+
+
+def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
+    """The recipe's TrainStep (DDP over ``world_size`` processes, compiled as ``train.compile`` says) on
+    random pairs of each of ``benchmark.lengths`` tokens, ``run.batch_per_gpu`` padded tokens a batch,
+    ``run.accumulation`` batches an update; items: the target tokens of one update on one GPU."""
+    import torch.distributed as dist
+    from zoo.recipe import run_config
+
+    run, shape = run_config(recipe), recipe["benchmark"]
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    model = build_model(recipe["model"], shape["vocab_size"]).to(device)
+    step = TrainStep(model, recipe, device, world_size=world_size)
+    updates = [
+        [
+            random_batch(run.batch_per_gpu // length, length, shape["vocab_size"], seed=1000 * rank + i)
+            for i in range(run.accumulation)
+        ]
+        for length in shape["lengths"]
+    ]
+    tokens = [sum(int((b["tgt_out"] != PAD).sum()) for b in update) for update in updates]
+    cycle = itertools.cycle(updates)
+    return zoo.scaling.Step(
+        lambda: step(next(cycle)), items=round(sum(tokens) / len(tokens)), unit="tokens/s", model=model
+    )
 
 
 def marian_model(model_recipe: dict, vocab_size: int):
@@ -100,8 +134,6 @@ def measure_translation(model, args, device, amp: str, sync) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     from zoo.cli import add_run_args
 
-    from transformer.train import DEFAULT_RECIPE
-
     parser = argparse.ArgumentParser(
         prog="python -m transformer.benchmark", description=__doc__.splitlines()[0]
     )
@@ -123,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda where available)")
     parser.add_argument("--output", default=None, help="the JSON report (default RESULTS_DIR/benchmark.json)")
+    parser.add_argument(
+        "--gpus",
+        metavar="1,2,4",
+        help="the scaling mode (zoo.scaling): the recipe's training step on each GPU count, per-GPU batch "
+        "fixed; it takes --recipe, --set, --amp, --batch-size (tokens per GPU, run.batch_per_gpu), "
+        "--window-seconds S (20), --windows N (3), --warmup N (20), --output FILE; "
+        "benchmark.lengths and benchmark.vocab_size shape the random batches",
+    )
     return parser
 
 
@@ -130,15 +170,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     from zoo.bench import measure, write_report
     from zoo.cli import parse_args, recipe_from_args
+    from zoo.recipe import run_config
     from zoo.torch import autocast, fast_math, grad_scaler
 
-    from transformer.train import build_optimizer, compile_mode, inverse_sqrt, train_step, training_net
-
+    if zoo.scaling.asked_for(argv):
+        return zoo.scaling.main(
+            argv, module="transformer.benchmark", build=scaling_step, default_recipe=DEFAULT_RECIPE
+        )
     args = parse_args(build_parser(), argv)
     recipe = recipe_from_args(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     fast_math(device)
-    amp, opt = recipe["amp"], recipe["optimizer"]
+    amp, opt = run_config(recipe, args.recipe).precision, recipe["optimizer"]
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     batch = random_batch(args.batch_size, args.seq_len, args.vocab_size)
     tokens = int((batch["tgt_out"] != PAD).sum())
@@ -154,13 +197,10 @@ def main(argv=None) -> dict:
     print(f"ours: {', '.join(f'{k} {v}' for k, v in levers.items())}")
     torch.manual_seed(0)
     ours = build_model(recipe["model"], args.vocab_size).to(device).train()
-    net = training_net(ours, recipe, device)
-    optimizer = build_optimizer(ours, opt)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, inverse_sqrt(opt["warmup_steps"]))
-    scaler = grad_scaler(device, amp)
+    step = TrainStep(ours, recipe, device)
 
     def ours_step():
-        train_step(net, [batch], optimizer, scheduler, scaler, device=device, amp=amp, clip_norm=0.0)
+        step([batch])
 
     first = first_call_seconds(ours_step, sync)
     timing = measure(

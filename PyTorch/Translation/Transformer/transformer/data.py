@@ -20,6 +20,8 @@ import unicodedata
 
 import numpy as np
 import torch
+from zoo.errors import UserError
+from zoo.io import atomic_write
 
 from transformer.model import BOS, EOS, PAD
 
@@ -35,13 +37,11 @@ def read_parallel(src_path, tgt_path) -> tuple[list, list]:
     """Lines of a parallel pair; a missing file or a line-count mismatch ends in one line."""
     for path in (src_path, tgt_path):
         if not pathlib.Path(path).is_file():
-            raise SystemExit(f"error: {path}: no such file")
+            raise UserError(f"{path}: no such file")
     src = pathlib.Path(src_path).read_text(encoding="utf-8").splitlines()
     tgt = pathlib.Path(tgt_path).read_text(encoding="utf-8").splitlines()
     if len(src) != len(tgt):
-        raise SystemExit(
-            f"error: {src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: not a parallel pair"
-        )
+        raise UserError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: not a parallel pair")
     return src, tgt
 
 
@@ -72,8 +72,15 @@ def train_tokenizer(lines, vocab_size: int, path):
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False)
     tokenizer.train_from_iterator(lines, trainer=trainer)
-    tokenizer.save(str(path))
+    with atomic_write(path) as tmp:
+        tokenizer.save(str(tmp))
     return tokenizer
+
+
+def write_lines(path, lines: list) -> None:
+    """``lines`` as a UTF-8 text file, one per line, written whole or not at all."""
+    with atomic_write(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def load_tokenizer(data_dir):
@@ -82,7 +89,7 @@ def load_tokenizer(data_dir):
 
     path = pathlib.Path(data_dir) / TOKENIZER_FILE
     if not path.is_file():
-        raise SystemExit(f"error: {path}: no vocabulary; prepare the data with scripts/download_data.sh")
+        raise UserError(f"{path}: no vocabulary; prepare the data with scripts/download_data.sh")
     return Tokenizer.from_file(str(path))
 
 
@@ -103,7 +110,8 @@ def write_shards(tokenizer, src: list, tgt: list, out_dir, split: str, shard_siz
                 np.concatenate([np.asarray(x, dtype=np.int32) for x in ids]) if ids else np.zeros(0, np.int32)
             )
             pieces[f"{side}_offsets"] = np.cumsum([0] + [len(x) for x in ids]).astype(np.int64)
-        np.savez(out_dir / f"{split}.{shard:03d}.npz", **pieces)
+        with atomic_write(out_dir / f"{split}.{shard:03d}.npz") as tmp, open(tmp, "wb") as f:
+            np.savez(f, **pieces)
     return len(src)
 
 
@@ -119,7 +127,7 @@ def prepare(
     out_dir.mkdir(parents=True, exist_ok=True)
     texts = {split: read_parallel(*files) for split, files in splits.items()}
     if "train" not in texts:
-        raise SystemExit("error: prepare needs a train split")
+        raise UserError("prepare needs a train split")
     if clean:
         texts["train"] = clean_pairs(*texts["train"])
     tokenizer = train_tokenizer(texts["train"][0] + texts["train"][1], vocab_size, out_dir / TOKENIZER_FILE)
@@ -127,10 +135,11 @@ def prepare(
     for split, (src, tgt) in texts.items():
         counts[split] = write_shards(tokenizer, src, tgt, out_dir, split, shard_size)
         if split != "train":
-            (out_dir / f"{split}.{langs[0]}").write_text("\n".join(src) + "\n", encoding="utf-8")
-            (out_dir / f"{split}.{langs[1]}").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+            write_lines(out_dir / f"{split}.{langs[0]}", src)
+            write_lines(out_dir / f"{split}.{langs[1]}", tgt)
     meta = {"langs": list(langs), "vocab_size": tokenizer.get_vocab_size(), "sentences": counts}
-    (out_dir / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    with atomic_write(out_dir / META_FILE) as tmp:
+        tmp.write_text(json.dumps(meta, indent=1) + "\n")
     return out_dir
 
 
@@ -158,8 +167,8 @@ def make_numbers(
     splits = {}
     for offset, (split, count) in enumerate((("train", train), ("valid", valid), ("test", test))):
         en, de = number_pairs(count, seed * 10 + offset)
-        (raw / f"{split}.en").write_text("\n".join(en) + "\n", encoding="utf-8")
-        (raw / f"{split}.de").write_text("\n".join(de) + "\n", encoding="utf-8")
+        write_lines(raw / f"{split}.en", en)
+        write_lines(raw / f"{split}.de", de)
         splits[split] = (raw / f"{split}.en", raw / f"{split}.de")
     # One German word per English phrase: the word-count ratio filter of clean_pairs does not apply.
     return prepare(splits, out_dir, vocab_size=vocab_size, shard_size=max(train // 2, 1), clean=False)
@@ -171,8 +180,8 @@ class Pairs:
     def __init__(self, data_dir, split: str, max_length: int | None = None):
         shards = sorted(pathlib.Path(data_dir).glob(f"{split}.*.npz"))
         if not shards:
-            raise SystemExit(
-                f"error: {data_dir}: no {split}.*.npz shards; prepare the data with scripts/download_data.sh"
+            raise UserError(
+                f"{data_dir}: no {split}.*.npz shards; prepare the data with scripts/download_data.sh"
             )
         self.src, self.tgt = [], []
         for shard in shards:

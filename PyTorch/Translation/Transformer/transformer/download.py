@@ -21,8 +21,10 @@ import tarfile
 import urllib.parse
 
 from zoo.cli import entry_point
+from zoo.errors import UserError
+from zoo.io import atomic_write
 
-from transformer.data import make_numbers, prepare
+from transformer.data import make_numbers, prepare, write_lines
 
 # (url, md5 or None where none is published, {member path in the archive: local name}).
 ARCHIVES = [
@@ -79,18 +81,15 @@ def mirrored(url: str, mirror: str | None) -> str:
 
 def fetch_archives(downloads: pathlib.Path, mirror: str | None = None, archives=None) -> list:
     """Download every archive into ``downloads`` (reused when complete); returns their paths."""
-    from zoo.io import DownloadError, download
+    from zoo.io import download
 
     paths = []
     for url, md5, _ in archives or ARCHIVES:
         source = mirrored(url, mirror)
-        try:
-            path = download(source, dest=downloads / pathlib.PurePosixPath(url).name, file_format="tar")
-        except DownloadError as e:
-            raise SystemExit(f"error: {e}") from None
+        path = download(source, dest=downloads / pathlib.PurePosixPath(url).name, file_format="tar")
         if md5 is not None and md5_file(path) != md5:
             path.unlink()
-            raise SystemExit(f"error: {source}: md5 differs from the published {md5}; the file was removed")
+            raise UserError(f"{source}: md5 differs from the published {md5}; the file was removed")
         paths.append(path)
     return paths
 
@@ -101,16 +100,16 @@ def extract(archive: pathlib.Path, members: dict, raw: pathlib.Path) -> None:
         names = set(tar.getnames())
         for member, local in members.items():
             if member not in names:
-                raise SystemExit(f"error: {archive} has no {member}")
-            with tar.extractfile(member) as src:
-                (raw / local).write_bytes(src.read())
+                raise UserError(f"{archive} has no {member}")
+            with tar.extractfile(member) as src, atomic_write(raw / local) as tmp:
+                tmp.write_bytes(src.read())
 
 
 def sgm_text(path: pathlib.Path) -> pathlib.Path:
     """The segments of an SGML test file as plain lines (``newstest2014.en.sgm`` -> ``newstest2014.en``)."""
     lines = [html.unescape(m.group(1)).strip() for m in SEGMENT.finditer(path.read_text(encoding="utf-8"))]
     out = path.with_suffix("")
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_lines(out, lines)
     return out
 
 
@@ -143,7 +142,7 @@ def main(argv=None) -> pathlib.Path:
     )
     args = parser.parse_args(argv)
     if not args.data_dir:
-        raise SystemExit("error: pass --data-dir (or set DATA_DIR)")
+        raise UserError("pass --data-dir (or set DATA_DIR)")
     data_dir = pathlib.Path(args.data_dir)
     if args.synthetic:
         out = make_numbers(data_dir)

@@ -16,6 +16,7 @@ import pathlib
 
 import torch
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
 from transformer.data import load_tokenizer, read_parallel
 from transformer.model import build_model
@@ -26,7 +27,7 @@ def score_bleu(hyps: list, refs: list) -> tuple[float, str]:
     from sacrebleu.metrics import BLEU
 
     if len(hyps) != len(refs):
-        raise SystemExit(f"error: {len(hyps)} translations but {len(refs)} references")
+        raise UserError(f"{len(hyps)} translations but {len(refs)} references")
     metric = BLEU()
     result = metric.corpus_score(hyps, [refs])
     return float(result.score), str(metric.get_signature())
@@ -36,13 +37,13 @@ def load_model(path, device="cpu"):
     """(model in eval mode, its saved settings) from model.pt, or from a training checkpoint.pt."""
     path = pathlib.Path(path)
     if not path.is_file():
-        raise SystemExit(f"error: {path}: no such checkpoint")
+        raise UserError(f"{path}: no such checkpoint")
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # a truncated or foreign file: say which one, in one line
-        raise SystemExit(f"error: {path}: not a readable PyTorch checkpoint ({type(e).__name__})") from None
+        raise UserError(f"{path}: not a readable PyTorch checkpoint ({type(e).__name__})") from None
     if not isinstance(state, dict) or state.get("kind") not in ("transformer", "transformer-training"):
-        raise SystemExit(f"error: {path} is not a Transformer checkpoint")
+        raise UserError(f"{path} is not a Transformer checkpoint")
     if state["kind"] == "transformer-training":
         recipe = state["recipe"]
         settings = {"model_recipe": recipe["model"], "langs": recipe["data"]["langs"], "eval": recipe["eval"]}
@@ -55,7 +56,7 @@ def load_model(path, device="cpu"):
         model.load_state_dict(state["model"])
     except RuntimeError as e:
         reason = str(e).strip().splitlines()[-1][:200]
-        raise SystemExit(f"error: {path} does not fit its own model settings: {reason}") from None
+        raise UserError(f"{path} does not fit its own model settings: {reason}") from None
     return model.to(device).eval(), settings
 
 
@@ -104,29 +105,29 @@ def main(argv=None) -> dict:
 
     args = parse_args(build_parser(), argv)
     if args.beam is not None and args.beam < 1:
-        raise SystemExit(f"error: --beam must be a positive integer, not {args.beam}")
+        raise UserError(f"--beam must be a positive integer, not {args.beam}")
     if args.data_dir and not pathlib.Path(args.data_dir).is_dir():
-        raise SystemExit(f"error: data dir {args.data_dir} does not exist")
+        raise UserError(f"data dir {args.data_dir} does not exist")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, settings = load_model(args.checkpoint, device)
     tokenizer = tokenizer_for(args.data_dir, args.checkpoint)
     if tokenizer.get_vocab_size() != model.cfg.vocab_size:
-        raise SystemExit(
-            f"error: the vocabulary has {tokenizer.get_vocab_size()} tokens but the checkpoint {model.cfg.vocab_size}"
+        raise UserError(
+            f"the vocabulary has {tokenizer.get_vocab_size()} tokens but the checkpoint {model.cfg.vocab_size}"
         )
     eval_cfg = settings["eval"]
     langs = settings["langs"]
     if args.input:
         source = pathlib.Path(args.input)
         if not source.is_file():
-            raise SystemExit(f"error: {source}: no such file")
+            raise UserError(f"{source}: no such file")
         if args.reference:
             lines, refs = read_parallel(source, args.reference)
         else:
             lines, refs = source.read_text(encoding="utf-8").splitlines(), None
     else:
         if not args.data_dir:
-            raise SystemExit("error: pass --data-dir (or set DATA_DIR) or --input FILE")
+            raise UserError("pass --data-dir (or set DATA_DIR) or --input FILE")
         data_dir = pathlib.Path(args.data_dir)
         lines, refs = read_parallel(
             data_dir / f"{args.split}.{langs[0]}", data_dir / f"{args.split}.{langs[1]}"

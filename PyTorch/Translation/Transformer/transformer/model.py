@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
 from torch import nn
+from zoo.errors import UserError
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 
@@ -50,7 +51,7 @@ class ModelConfig:
         known = {f.name for f in fields(cls)} - {"vocab_size"}
         unknown = sorted(set(model) - known)
         if unknown:
-            raise SystemExit(f"error: unknown model keys {unknown}; known: {sorted(known)}")
+            raise UserError(f"unknown model keys {unknown}; known: {sorted(known)}")
         return cls(vocab_size=vocab_size, **model)
 
 
@@ -75,7 +76,7 @@ class Attention(nn.Module):
     def __init__(self, d_model: int, heads: int, dropout: float, fused_qkv: bool = False):
         super().__init__()
         if d_model % heads:
-            raise SystemExit(f"error: d_model {d_model} is not a multiple of heads {heads}")
+            raise UserError(f"d_model {d_model} is not a multiple of heads {heads}")
         self.heads = heads
         self.dropout = dropout
         self.fused_qkv = fused_qkv
