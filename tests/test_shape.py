@@ -17,7 +17,6 @@ MODELS = model_dirs()
 NOT_YET_MOVED: set[str] = {
     "PyTorch/Classification/ResNet50",
     "PyTorch/Detection/SSD",
-    "PyTorch/Recommendation/DLRM",
     "PyTorch/Segmentation/MaskRCNN",
     "TensorFlow/LanguageModeling/BERT",
     "MXNet/Classification/ResNet50",

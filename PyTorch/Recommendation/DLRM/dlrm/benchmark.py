@@ -2,19 +2,25 @@
 a plain eager PyTorch DLRM as the original facebookresearch code builds it (one nn.EmbeddingBag per
 table with sparse gradients, SGD), on the same synthetic batches and sizes, in the same run:
 ``python -m dlrm.benchmark [--recipe R] [--amp bf16] [--batch-size B] [--rows N] [--output FILE]``.
+
+With ``--gpus 1,2,4``, the scaling mode every PyTorch model shares (zoo.scaling): the recipe's training
+step (dlrm.step.TrainStep, DDP or TorchRec as in training) over GPU counts, per-GPU batch fixed, on
+random batches of ids below ``benchmark.rows_per_table`` rows per table, in samples/s.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import pathlib
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import zoo.scaling
 from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
 
-from dlrm.train import DEFAULT_RECIPE
+from dlrm.step import DEFAULT_RECIPE, TrainStep, check_recipe
 
 
 def synthetic_batches(count: int, batch: int, rows: list[int], hotness: list[int], seed: int = 0):
@@ -35,13 +41,44 @@ def synthetic_batches(count: int, batch: int, rows: list[int], hotness: list[int
     return out
 
 
+def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
+    """The recipe's TrainStep on ``world_size`` processes (DDP over the plain path, TorchRec's sharding
+    otherwise) on 4 random batches of ``run.batch_per_gpu`` rows a GPU, cycled, ids below
+    ``benchmark.rows_per_table`` rows per table; the replicas compared are the whole plain model, or
+    TorchRec's dense part (its tables are sharded, not replicated)."""
+    import torch.distributed as dist
+    from zoo.recipe import run_config
+
+    from dlrm.data import NUM_CATEGORICAL, NUM_DENSE
+    from dlrm.model import hotness_of, table_sizes
+    from dlrm.sharding import dense_parameters
+
+    check_recipe(recipe)
+    run = run_config(recipe)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    rows = table_sizes(recipe["model"], [int(recipe["benchmark"]["rows_per_table"])] * NUM_CATEGORICAL)
+    step = TrainStep(recipe, {"num_embeddings": rows, "num_dense": NUM_DENSE}, device, rank, world_size)
+    batches = synthetic_batches(4, run.batch_per_gpu, rows, hotness_of(recipe["model"], len(rows)), seed=rank)
+    if torch.device(device).type == "cuda":  # as a loader with pin_memory hands them over
+        batches = [tuple(t.pin_memory() for t in batch) for batch in batches]
+    cycle = itertools.cycle(batches)
+    replicated = step.net if step.kind == "plain" else torch.nn.ParameterList(dense_parameters(step.model))
+    return zoo.scaling.Step(
+        lambda: step(*next(cycle)),
+        items=run.batch_per_gpu * run.accumulation,
+        unit="samples/s",
+        model=replicated,
+    )
+
+
 def baseline_step(recipe: dict, rows: list[int], num_dense: int, device, amp: str):
     """A step function of the original-style eager DLRM (EmbeddingBag(sparse=True) per table, SGD)."""
+    from zoo.recipe import run_config
     from zoo.torch import autocast
 
     from dlrm.model import DLRM, PerTableEmbeddingBags, hotness_of, table_names
 
-    cfg, seed, dim = recipe["model"], int(recipe.get("seed", 0)), int(recipe["model"]["embedding_dim"])
+    cfg, seed, dim = recipe["model"], run_config(recipe).seed, int(recipe["model"]["embedding_dim"])
     tables = PerTableEmbeddingBags(
         table_names(len(rows)), rows, dim, hotness_of(cfg, len(rows)), seed, sparse=True
     )
@@ -63,31 +100,53 @@ def baseline_step(recipe: dict, rows: list[int], num_dense: int, device, amp: st
 @entry_point
 def main(argv=None) -> None:
     from zoo.bench import measure, write_report
+    from zoo.recipe import run_config
     from zoo.torch import close_distributed, fast_math, init_distributed
 
     from dlrm.data import NUM_DENSE
     from dlrm.model import hotness_of, table_sizes
-    from dlrm.train import Run, check_recipe
 
+    if zoo.scaling.asked_for(argv):
+        return zoo.scaling.main(
+            argv, module="dlrm.benchmark", build=scaling_step, default_recipe=DEFAULT_RECIPE
+        )
     parser = argparse.ArgumentParser(prog="python -m dlrm.benchmark", description=__doc__.split("\n\n")[0])
     add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_dir=False, resume=False)
-    parser.add_argument("--batch-size", type=int, default=None, help="global batch (default: the recipe's)")
-    parser.add_argument("--rows", type=int, default=100_000, help="rows per table (capped by model.max_rows)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="samples per process (run.batch_per_gpu; default: the recipe's)",
+    )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help="rows per table (default: the recipe's benchmark.rows_per_table; capped by model.max_rows)",
+    )
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--no-baseline", action="store_true", help="measure only this model")
     parser.add_argument("--output", default=None, help="JSON report (default: RESULTS_DIR/benchmark.json)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
+    parser.add_argument(
+        "--gpus",
+        metavar="1,2,4",
+        help="the scaling mode (zoo.scaling): the recipe's training step on each GPU count, per-GPU batch "
+        "fixed; it takes --recipe, --set, --amp, --batch-size, --window-seconds S (20), --windows N (3), "
+        "--warmup N (20), --output FILE; benchmark.rows_per_table sizes the tables",
+    )
     args = parse_args(parser, argv)
-    recipe = recipe_from_args(args, {"batch_size": "train.batch_size"})
+    recipe = recipe_from_args(args)
     check_recipe(recipe)
+    run = run_config(recipe, args.recipe)
     env, device = init_distributed(args.device)
-    amp = recipe.get("amp", "fp32")
-    batch = int(recipe["train"]["batch_size"])
-    rows = table_sizes(recipe["model"], [args.rows] * 26)
+    amp = run.precision
+    local = run.batch_per_gpu
+    batch = local * env.world_size
+    rows = table_sizes(recipe["model"], [args.rows or int(recipe["benchmark"]["rows_per_table"])] * 26)
     hotness = hotness_of(recipe["model"], len(rows))
-    local = batch // env.world_size
     fast_math(device)
     batches = synthetic_batches(4, local, rows, hotness, seed=env.rank)
     if device.type == "cuda":  # as a loader with pin_memory hands them over, for both models
@@ -108,10 +167,12 @@ def main(argv=None) -> None:
         "recipe": str(args.recipe),
     }
     results = []
-    run = Run(recipe, {"num_embeddings": rows, "num_dense": NUM_DENSE}, device, env.rank, env.world_size)
-    meta["table_kernels"] = "triton" if run.table_kernels else "torch"
+    step = TrainStep(
+        recipe, {"num_embeddings": rows, "num_dense": NUM_DENSE}, device, env.rank, env.world_size
+    )
+    meta["table_kernels"] = "triton" if step.table_kernels else "torch"
     ours = measure(
-        cycle(run.step),
+        cycle(step),
         items_per_call=batch,
         warmup=args.warmup,
         iters=args.iters,
@@ -119,7 +180,7 @@ def main(argv=None) -> None:
         sync=sync,
     )
     results.append(
-        {"name": f"ours ({run.kind} embeddings)", "train_samples_per_s": ours["throughput"], **ours}
+        {"name": f"ours ({step.kind} embeddings)", "train_samples_per_s": ours["throughput"], **ours}
     )
     if not args.no_baseline and env.world_size == 1:
         base = measure(

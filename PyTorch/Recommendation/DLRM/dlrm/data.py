@@ -14,6 +14,7 @@ import math
 import pathlib
 
 import numpy as np
+from zoo.errors import UserError
 
 MAGIC = b"DLRMBIN1"
 HEADER_BYTES = 32
@@ -25,7 +26,7 @@ MULTI_HOT_STRIDE = 1_000_003
 
 
 class Shard:
-    """One memory-mapped shard; a bad file is a one-line SystemExit naming it."""
+    """One memory-mapped shard; a bad file is a one-line UserError naming it."""
 
     def __init__(self, path: pathlib.Path):
         self.path = pathlib.Path(path)
@@ -33,13 +34,13 @@ class Shard:
         with open(self.path, "rb") as f:
             header = f.read(HEADER_BYTES)
         if len(header) < HEADER_BYTES or header[:8] != MAGIC:
-            raise SystemExit(f"error: {self.path}: not a DLRM shard (bad header)")
+            raise UserError(f"{self.path}: not a DLRM shard (bad header)")
         rows = int(np.frombuffer(header, np.uint64, 1, 8)[0])
         dense, cats = (int(v) for v in np.frombuffer(header, np.uint32, 2, 16))
         expected = HEADER_BYTES + rows * 4 * (1 + dense + cats)
         if size != expected:
-            raise SystemExit(
-                f"error: {self.path}: truncated or corrupt shard ({size} bytes, its header says {expected})"
+            raise UserError(
+                f"{self.path}: truncated or corrupt shard ({size} bytes, its header says {expected})"
             )
         self.rows, self.num_dense, self.num_categorical = rows, dense, cats
         offset = HEADER_BYTES
@@ -71,11 +72,9 @@ def write_shard(path, labels: np.ndarray, dense: np.ndarray, categorical: np.nda
 def read_meta(data_dir) -> dict:
     path = pathlib.Path(data_dir) / "meta.json"
     if not path.parent.is_dir():
-        raise SystemExit(f"error: data dir {path.parent} does not exist")
+        raise UserError(f"data dir {path.parent} does not exist")
     if not path.is_file():
-        raise SystemExit(
-            f"error: {path} not found: prepare the data with scripts/download_data.sh (or --synthetic)"
-        )
+        raise UserError(f"{path} not found: prepare the data with scripts/download_data.sh (or --synthetic)")
     return json.loads(path.read_text())
 
 
@@ -94,7 +93,7 @@ class Split:
         folder = pathlib.Path(data_dir) / split
         paths = sorted(folder.glob("part-*.bin"))
         if not paths:
-            raise SystemExit(f"error: no shards in {folder}: prepare the data with scripts/download_data.sh")
+            raise UserError(f"no shards in {folder}: prepare the data with scripts/download_data.sh")
         self.shards = [Shard(p) for p in paths]
         self.starts = np.cumsum([0] + [s.rows for s in self.shards])
         self.rows = int(self.starts[-1])
@@ -122,7 +121,7 @@ def expand_categorical(cats: np.ndarray, rows: list[int], hotness: list[int]) ->
     and for a multi-hot table its bag (id + k * MULTI_HOT_STRIDE) mod rows, k < hotness."""
     cats = cats.astype(np.int64)
     if cats.size and (cats < 0).any():
-        raise SystemExit("error: negative categorical id in the data: the shards are corrupt")
+        raise UserError("negative categorical id in the data: the shards are corrupt")
     columns = []
     for t, (n, hot) in enumerate(zip(rows, hotness, strict=True)):
         base = cats[:, t : t + 1]
@@ -152,14 +151,14 @@ class Batches:
         seed=0,
     ):
         if global_batch % world:
-            raise SystemExit(f"error: global batch {global_batch} is not a multiple of {world} processes")
+            raise UserError(f"global batch {global_batch} is not a multiple of {world} processes")
         self.split, self.global_batch, self.rank, self.world = split, global_batch, rank, world
         self.local = global_batch // world
         self.rows, self.hotness = rows, hotness
         self.shuffle, self.seed = shuffle, seed
         self.count = split.rows // global_batch if drop_last else math.ceil(split.rows / global_batch)
         if self.count == 0:
-            raise SystemExit(f"error: {split.rows} rows are fewer than one global batch of {global_batch}")
+            raise UserError(f"{split.rows} rows are fewer than one global batch of {global_batch}")
 
     def order(self, epoch: int) -> np.ndarray:
         if not self.shuffle:
@@ -195,7 +194,7 @@ class Batches:
 
 def parse_lines(lines: list[str], where: str, first_line: int):
     """Criteo TSV lines (label, 13 integer, 26 hex fields; empty = missing) -> (labels, dense, hex
-    strings [n, 26]). A malformed line is a one-line SystemExit naming file and line."""
+    strings [n, 26]). A malformed line is a one-line UserError naming file and line."""
     n = len(lines)
     labels = np.empty(n, np.float32)
     dense = np.zeros((n, NUM_DENSE), np.float32)
@@ -203,8 +202,8 @@ def parse_lines(lines: list[str], where: str, first_line: int):
     for i, line in enumerate(lines):
         fields = line.rstrip("\n").split("\t")
         if len(fields) != RAW_COLUMNS:
-            raise SystemExit(
-                f"error: {where}:{first_line + i}: {len(fields)} tab-separated columns, Criteo has {RAW_COLUMNS}"
+            raise UserError(
+                f"{where}:{first_line + i}: {len(fields)} tab-separated columns, Criteo has {RAW_COLUMNS}"
             )
         try:
             labels[i] = float(fields[0]) if fields[0] else 0.0
@@ -212,7 +211,7 @@ def parse_lines(lines: list[str], where: str, first_line: int):
                 if value:
                     dense[i, j] = float(int(value))
         except ValueError:
-            raise SystemExit(f"error: {where}:{first_line + i}: non-numeric label or dense field") from None
+            raise UserError(f"{where}:{first_line + i}: non-numeric label or dense field") from None
         cats.append(fields[1 + NUM_DENSE :])
     np.log1p(np.maximum(dense, 0), out=dense)
     return labels, dense, cats
@@ -222,4 +221,4 @@ def hex_id(value: str, where: str) -> int:
     try:
         return int(value, 16) if value else 0
     except ValueError:
-        raise SystemExit(f"error: {where}: categorical field {value!r} is not hexadecimal") from None
+        raise UserError(f"{where}: categorical field {value!r} is not hexadecimal") from None

@@ -20,6 +20,8 @@ import shutil
 
 import numpy as np
 from zoo.cli import entry_point
+from zoo.errors import UserError
+from zoo.io import atomic_write
 
 from dlrm.data import NUM_CATEGORICAL, NUM_DENSE, hex_id, parse_lines, write_meta, write_shard
 
@@ -48,7 +50,7 @@ def write_raw_tsv(path, n: int, seed: int) -> None:
     """A generated set in Criteo's raw TSV format (for tests and demos of the preprocessing path)."""
     labels, dense, cats = planted_rows(n, seed)
     hexes = [hex_of(cats[:, c], c) for c in range(NUM_CATEGORICAL)]
-    with open(path, "w") as f:
+    with atomic_write(path) as tmp, open(tmp, "w") as f:
         for i in range(n):
             fields = (
                 [str(int(labels[i]))]
@@ -92,8 +94,8 @@ def raw_files(raw_dir) -> tuple[list[pathlib.Path], list[pathlib.Path] | None]:
         return days, None
     if (raw_dir / "train.txt").is_file():
         return [raw_dir / "train.txt"], None
-    raise SystemExit(
-        f"error: no Criteo files in {raw_dir}: put day_0 .. day_23 (Criteo 1TB) or train.txt (Kaggle) there; "
+    raise UserError(
+        f"no Criteo files in {raw_dir}: put day_0 .. day_23 (Criteo 1TB) or train.txt (Kaggle) there; "
         "Criteo's licence requires downloading them yourself"
     )
 
@@ -144,7 +146,7 @@ def preprocess(
     elif categorical == "hash":
         rows = [hash_rows] * NUM_CATEGORICAL
     else:
-        raise SystemExit(f"error: --categorical must be threshold or hash, not {categorical!r}")
+        raise UserError(f"--categorical must be threshold or hash, not {categorical!r}")
 
     def ids(cats, where):
         out = np.zeros((len(cats), NUM_CATEGORICAL), np.int32)
@@ -210,7 +212,7 @@ def main(argv=None) -> None:
     )
     args = parser.parse_args(argv)
     if not args.data_dir:
-        raise SystemExit("error: give --data-dir (or set DATA_DIR)")
+        raise UserError("give --data-dir (or set DATA_DIR)")
     if args.synthetic:
         write_synthetic(args.data_dir, args.train_rows, args.val_rows)
     elif args.raw_dir:
@@ -222,7 +224,7 @@ def main(argv=None) -> None:
             hash_rows=args.hash_rows,
         )
     else:
-        raise SystemExit("error: give --raw-dir with the Criteo files you downloaded, or --synthetic")
+        raise UserError("give --raw-dir with the Criteo files you downloaded, or --synthetic")
     print(f"prepared {args.data_dir}")
 
 

@@ -10,17 +10,20 @@ import json
 import pathlib
 
 from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
+from zoo.errors import UserError
 
-from dlrm.train import DEFAULT_RECIPE, Run, evaluate_auc
+from dlrm.step import DEFAULT_RECIPE
 
 
 @entry_point
 def main(argv=None) -> None:
     from zoo.io import atomic_write
     from zoo.log import MetricsLogger
-    from zoo.torch import close_distributed, init_distributed
+    from zoo.torch import SHARDED_CHECKPOINT_NAME, close_distributed, init_distributed
 
     from dlrm.data import Batches, Split, read_meta
+    from dlrm.engine import evaluate
+    from dlrm.step import TrainStep, read_checkpoint
 
     parser = argparse.ArgumentParser(prog="python -m dlrm.evaluate", description=__doc__.split("\n\n")[0])
     add_run_args(
@@ -33,27 +36,33 @@ def main(argv=None) -> None:
     args = parse_args(parser, argv)
     recipe = recipe_from_args(args)
     if not args.data_dir:
-        raise SystemExit("error: give --data-dir (or set DATA_DIR)")
+        raise UserError("give --data-dir (or set DATA_DIR)")
     results_dir = pathlib.Path(args.results_dir)
-    checkpoint = pathlib.Path(args.checkpoint or results_dir / "checkpoint")
+    checkpoint = pathlib.Path(args.checkpoint or results_dir / SHARDED_CHECKPOINT_NAME)
     meta = read_meta(args.data_dir)
-    if not (checkpoint / "progress.json").is_file():
-        raise SystemExit(f"error: {checkpoint} is not a DLRM checkpoint (no progress.json)")
+    read_checkpoint(checkpoint, flag="--checkpoint")  # a wrong path ends here, before any work
     env, device = init_distributed(args.device)
-    run = Run(recipe, meta, device, env.rank, env.world_size)
-    run.load(checkpoint, weights_only=True)
+    step = TrainStep(recipe, meta, device, env.rank, env.world_size)
+    step.load(checkpoint, weights_only=True, flag="--checkpoint")
     split = Split(args.data_dir, "val")
-    batch = int(recipe.get("eval", {}).get("batch_size", recipe["train"]["batch_size"]))
-    batches = Batches(split, batch, env.rank, env.world_size, run.rows, run.hotness, drop_last=False)
+    batches = Batches(
+        split,
+        int(recipe["eval"]["batch_size"]),
+        env.rank,
+        env.world_size,
+        step.rows,
+        step.hotness,
+        drop_last=False,
+    )
     logger = MetricsLogger(enabled=env.rank == 0, total_steps=batches.count, desc="eval")
-    auc, logloss, samples = evaluate_auc(run, batches, logger)
+    metrics = evaluate(step, batches, logger)
     logger.close()
     if env.rank == 0:
-        result = {"auc": auc, "logloss": logloss, "samples": samples, "checkpoint": str(checkpoint)}
+        result = {**metrics, "checkpoint": str(checkpoint)}
         results_dir.mkdir(parents=True, exist_ok=True)
         with atomic_write(results_dir / "eval.json") as tmp:
             tmp.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"auc {auc:.5f}  logloss {logloss:.5f}  samples {samples}")
+        print(f"auc {metrics['auc']:.5f}  loss {metrics['loss']:.5f}  samples {metrics['samples']}")
     close_distributed()
 
 

@@ -10,37 +10,31 @@ order); output ``ctr`` FP32 [1], the click probability.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 
 import torch
 from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
 
-from dlrm.train import DEFAULT_RECIPE, _last_line
+from dlrm.step import CHECKPOINT_WHAT, DEFAULT_RECIPE, checkpoint_fields, read_checkpoint
 
 
 def load_plain(recipe: dict, checkpoint) -> tuple[torch.nn.Module, dict]:
-    """(the single-device DLRM with ``checkpoint``'s weights, its progress.json) whatever path trained it."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.api import CheckpointException
+    """(the single-device DLRM with ``checkpoint``'s weights, the checkpoint's state: table sizes, step...)
+    whatever path trained it."""
+    from zoo.recipe import run_config
+    from zoo.torch import load_training_checkpoint_sharded
 
     from dlrm.model import build_plain
 
-    checkpoint = pathlib.Path(checkpoint)
-    progress_file = checkpoint / "progress.json"
-    if not progress_file.is_file():
-        raise SystemExit(f"error: {checkpoint} is not a DLRM checkpoint (no progress.json)")
-    progress = json.loads(progress_file.read_text())
-    model = build_plain(
-        recipe["model"], progress["num_embeddings"], progress["num_dense"], int(recipe.get("seed", 0))
+    state = read_checkpoint(checkpoint, flag="--checkpoint")
+    seed = run_config(recipe).seed
+    model = build_plain(recipe["model"], state["num_embeddings"], state["num_dense"], seed)
+    weights = {"model": model.state_dict()}
+    load_training_checkpoint_sharded(
+        checkpoint, weights, checkpoint_fields(), CHECKPOINT_WHAT, "--checkpoint"
     )
-    state = {"model": model.state_dict()}
-    try:
-        dcp.load(state, checkpoint_id=str(checkpoint))
-    except (Exception, CheckpointException) as e:  # a multi-page report: its last line says why
-        raise SystemExit(f"error: {checkpoint} does not fit this recipe's model: {_last_line(e)}") from None
-    model.load_state_dict(state["model"])
-    return model.eval(), progress
+    model.load_state_dict(weights["model"])
+    return model.eval(), state
 
 
 def export_onnx(model, path, num_dense: int, sparse_width: int) -> None:
@@ -120,11 +114,11 @@ def main(argv=None) -> None:
     args = parse_args(parser, argv)
     recipe = recipe_from_args(args)
     checkpoint = args.checkpoint or pathlib.Path(args.results_dir) / "checkpoint"
-    model, progress = load_plain(recipe, checkpoint)
+    model, state = load_plain(recipe, checkpoint)
     repo = write_repository(
         model,
         args.repository,
-        progress["num_dense"],
+        state["num_dense"],
         max_batch_size=args.max_batch_size,
         instance_kind=args.instance_kind,
     )

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.nn.functional as F
 from torch import nn
+from zoo.errors import UserError
 
 INIT_BLOCK_ROWS = 65536
 
@@ -275,7 +276,7 @@ class DLRM(nn.Module):
         super().__init__()
         bottom = list(cfg["bottom_mlp"])
         if bottom[-1] != dim:
-            raise SystemExit(f"error: model.bottom_mlp must end in embedding_dim {dim}, not {bottom[-1]}")
+            raise UserError(f"model.bottom_mlp must end in embedding_dim {dim}, not {bottom[-1]}")
         self.sparse = sparse
         self.bottom = mlp([num_dense, *bottom])
         kind = cfg.get("interaction", "dot")
@@ -286,7 +287,7 @@ class DLRM(nn.Module):
             width = dim * (num_tables + 1)
             self.interaction = LowRankCrossNet(width, int(cfg["cross_layers"]), int(cfg["cross_rank"]))
         else:
-            raise SystemExit(f"error: model.interaction must be dot or dcnv2, not {kind!r}")
+            raise UserError(f"model.interaction must be dot or dcnv2, not {kind!r}")
         self.top = mlp([width, *cfg["top_mlp"], 1], last_activation=False)
 
     def compile_dense(self) -> None:
@@ -323,7 +324,7 @@ def hotness_of(cfg: dict, num_tables: int) -> list[int]:
     hot = cfg.get("hotness", 1)
     hot = [int(hot)] * num_tables if isinstance(hot, int) else [int(h) for h in hot]
     if len(hot) != num_tables or min(hot) < 1:
-        raise SystemExit(f"error: model.hotness needs {num_tables} values >= 1, got {hot}")
+        raise UserError(f"model.hotness needs {num_tables} values >= 1, got {hot}")
     return hot
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from zoo.errors import UserError
 
 EPS = 1e-8
 
@@ -90,14 +91,14 @@ def dense_optimizer(params, cfg: dict):
         return torch.optim.Adagrad(params, lr=lr, eps=EPS)
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
-    raise SystemExit(f"error: optimizer.name must be adagrad or sgd, not {name!r}")
+    raise UserError(f"optimizer.name must be adagrad or sgd, not {name!r}")
 
 
 def sparse_optimizer_spec(cfg: dict):
     """``sparse_optimizer``: {name: rowwise_adagrad|sgd, lr} -> (name, lr)."""
     name = cfg.get("name", "rowwise_adagrad")
     if name not in ("rowwise_adagrad", "sgd"):
-        raise SystemExit(f"error: sparse_optimizer.name must be rowwise_adagrad or sgd, not {name!r}")
+        raise UserError(f"sparse_optimizer.name must be rowwise_adagrad or sgd, not {name!r}")
     return name, float(cfg["lr"])
 
 

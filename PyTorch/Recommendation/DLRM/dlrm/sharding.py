@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from zoo.errors import UserError
 
 from dlrm.model import DLRM, hotness_of, table_names, table_rows_init, table_sizes
 
@@ -103,8 +104,8 @@ def build_torchrec(
     }
     unknown = set(pinned) - set(names)
     if unknown:
-        raise SystemExit(
-            f"error: model.sharding.plan names unknown tables {sorted(unknown)} (tables are t0..t{len(names) - 1})"
+        raise UserError(
+            f"model.sharding.plan names unknown tables {sorted(unknown)} (tables are t0..t{len(names) - 1})"
         )
     topology = Topology(world_size=world, compute_device=device.type)
     planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints)

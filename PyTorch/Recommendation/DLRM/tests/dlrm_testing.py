@@ -8,7 +8,8 @@ from pathlib import Path
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 
-# A tiny recipe: 6 steps of 256 rows, losses logged every step (the equality tests compare them).
+# A tiny recipe: batches of 256 rows on one process, losses logged every step (the equality tests compare
+# them). A run of N processes adds per_gpu(N): the same global batch, 256 / N rows a process.
 TINY = [
     "--set",
     "model.embedding_dim=8",
@@ -19,12 +20,17 @@ TINY = [
     "--set",
     "model.cross_rank=8",
     "--set",
-    "train.batch_size=256",
+    "run.batch_per_gpu=256",
     "--set",
-    "train.log_every=1",
+    "run.log_every=1",
     "--set",
     "eval.batch_size=1024",
 ]
+
+
+def per_gpu(nproc: int) -> list[str]:
+    """The flag that keeps TINY's global batch of 256 rows over ``nproc`` processes."""
+    return ["--batch-size", str(256 // nproc)]
 
 
 def run_module(module: str, *args, nproc: int = 1, check: bool = True, timeout: int = 240):

@@ -3,6 +3,7 @@ import pytest
 from dlrm.data import Batches, Shard, Split, expand_categorical, read_meta, write_shard
 from dlrm.download import preprocess, write_raw_tsv
 from dlrm_testing import TINY, run_module
+from zoo.errors import UserError
 
 GOOD = "\t".join(["1"] + ["3"] * 13 + ["68fd1e64"] * 26)
 
@@ -40,7 +41,7 @@ def test_truncated_shard_is_a_one_line_error(tmp_path):
     path = tmp_path / "part-00000.bin"
     write_shard(path, np.zeros(8, np.float32), np.zeros((8, 13), np.float32), np.zeros((8, 26), np.int32))
     path.write_bytes(path.read_bytes()[:-10])
-    with pytest.raises(SystemExit, match=r"^error: .*part-00000.bin: truncated or corrupt shard"):
+    with pytest.raises(UserError, match=r"part-00000.bin: truncated or corrupt shard"):
         Shard(path)
 
 
@@ -62,7 +63,7 @@ def test_bad_raw_lines_are_one_line_errors(tmp_path, line, message):
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "train.txt").write_text(GOOD + "\n" + line + "\n" + GOOD + "\n")
-    with pytest.raises(SystemExit, match=message) as info:
+    with pytest.raises(UserError, match=message) as info:
         preprocess(raw, tmp_path / "out", categorical="hash", threshold=1, hash_rows=100)
     assert "\n" not in str(info.value)
 
@@ -101,10 +102,10 @@ def test_planted_click_model_learned_from_raw_criteo_files(tmp_path):
         "--target-auc",
         "0.75",
         *TINY,
+        "--epochs",
+        "2",
         "--set",
-        "train.epochs=2",
-        "--set",
-        "eval.every_steps=20",
+        "run.eval_every=20 steps",
     )
     import json
 

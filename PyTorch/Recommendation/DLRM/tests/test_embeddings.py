@@ -117,9 +117,9 @@ def test_rowwise_adagrad_on_an_accumulated_sparse_gradient_equals_the_dense_upda
 
 
 def test_plain_checkpoint_keeps_the_per_table_layout_and_restores_weights_and_optimizer(tmp_path):
-    """Run.save writes one entry per table (as before the tables were fused, and as TorchRec), no
-    copy of the whole fused weight per table; Run.load puts weights and row-wise state back."""
-    from dlrm.train import DEFAULT_RECIPE, Run
+    """TrainStep.save writes one entry per table (as before the tables were fused, and as TorchRec), no
+    copy of the whole fused weight per table; TrainStep.load puts weights and row-wise state back."""
+    from dlrm.step import DEFAULT_RECIPE, TrainStep
     from zoo.recipe import load_recipe
 
     recipe = load_recipe(
@@ -127,12 +127,12 @@ def test_plain_checkpoint_keeps_the_per_table_layout_and_restores_weights_and_op
     )
     recipe["model"]["bottom_mlp"] = [16, 8]
     meta = {"num_embeddings": [2000] * 4, "num_dense": 13}
-    run = Run(recipe, meta, torch.device("cpu"), 0, 1)
+    run = TrainStep(recipe, meta, torch.device("cpu"), 0, 1)
     gen = torch.Generator().manual_seed(0)
     ids = torch.cat([torch.randint(0, 2000, (64, h), generator=gen) for h in HOTNESS], dim=1)
     labels, dense = torch.randint(0, 2, (64,), generator=gen).float(), torch.rand(64, 13, generator=gen)
-    run.step(labels, dense, ids)
-    run.save(tmp_path / "checkpoint", {"step": 1})
+    run(labels, dense, ids)
+    run.save(tmp_path / "checkpoint", {"step": 1, "epoch": 0})
     saved_bytes = sum(p.stat().st_size for p in (tmp_path / "checkpoint").glob("*.distcp"))
     table_bytes = run.net.sparse.weight.numel() * 4
     assert table_bytes < saved_bytes < 2 * table_bytes  # each table once (not the fused storage 4 times)
@@ -142,7 +142,7 @@ def test_plain_checkpoint_keeps_the_per_table_layout_and_restores_weights_and_op
     assert "model.sparse.ebc.embedding_bags.t3.weight" in keys and "sparse_optim.3.sum" in keys
     assert "model.sparse.weight" not in keys
 
-    other = Run({**recipe, "seed": 7}, meta, torch.device("cpu"), 0, 1)
+    other = TrainStep({**recipe, "run": {**recipe["run"], "seed": 7}}, meta, torch.device("cpu"), 0, 1)
     assert not torch.equal(other.net.sparse.weight, run.net.sparse.weight)
     assert other.load(tmp_path / "checkpoint")["step"] == 1
     torch.testing.assert_close(other.net.sparse.weight, run.net.sparse.weight)
@@ -153,4 +153,4 @@ def test_plain_checkpoint_keeps_the_per_table_layout_and_restores_weights_and_op
     assert state["sum"].count_nonzero() > 0
     torch.testing.assert_close(other_state["sum"], state["sum"])
     # The same next step from both: the restored run continues the saved one.
-    torch.testing.assert_close(other.step(labels, dense, ids), run.step(labels, dense, ids))
+    torch.testing.assert_close(other(labels, dense, ids), run(labels, dense, ids))

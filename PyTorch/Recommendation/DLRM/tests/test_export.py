@@ -24,8 +24,8 @@ def trained(synthetic_dir, tmp_path_factory):
         "--results-dir",
         str(results),
         *TINY,
-        "--set",
-        "train.max_steps=3",
+        "--steps",
+        "3",
         "--set",
         "model.hotness=[2,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,3]",
     )
@@ -35,7 +35,7 @@ def trained(synthetic_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def exported(trained, synthetic_dir, tmp_path_factory):
     from dlrm.export import load_plain, write_repository
-    from dlrm.train import DEFAULT_RECIPE
+    from dlrm.step import DEFAULT_RECIPE
     from zoo.recipe import load_recipe
 
     recipe = load_recipe(
@@ -81,10 +81,11 @@ def test_onnx_matches_the_pytorch_model(exported):
 
 def test_checkpoint_of_another_model_is_a_one_line_error(trained):
     from dlrm.export import load_plain
-    from dlrm.train import DEFAULT_RECIPE
+    from dlrm.step import DEFAULT_RECIPE
+    from zoo.errors import UserError
     from zoo.recipe import load_recipe
 
-    with pytest.raises(SystemExit, match=r"^error: .*checkpoint does not fit this recipe's model") as info:
+    with pytest.raises(UserError, match=r"^--checkpoint .*checkpoint does not fit this model") as info:
         load_plain(load_recipe(DEFAULT_RECIPE, {}), trained / "checkpoint")
     assert "\n" not in str(info.value)
 

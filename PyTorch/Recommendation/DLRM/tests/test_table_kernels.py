@@ -154,9 +154,9 @@ def test_two_steps_of_the_kernels_equal_the_torch_path(name):
 
 
 def test_recipe_key_selects_the_kernels_in_the_training_step():
-    """Run.step with speed.table_kernels=triton: same losses, tables and checkpointed state as torch."""
+    """TrainStep with speed.table_kernels=triton: same losses, tables and checkpointed state as torch."""
     from dlrm.benchmark import synthetic_batches
-    from dlrm.train import MODEL_DIR, Run
+    from dlrm.step import MODEL_DIR, TrainStep
     from zoo.recipe import load_recipe
 
     rows = [40] * 26
@@ -166,9 +166,9 @@ def test_recipe_key_selects_the_kernels_in_the_training_step():
         recipe = load_recipe(
             MODEL_DIR / "configs" / "dlrm_small_plain.yaml", {"speed.table_kernels": kernels}
         )
-        run = Run(recipe, {"num_embeddings": rows, "num_dense": 13}, torch.device(DEVICE), 0, 1)
+        run = TrainStep(recipe, {"num_embeddings": rows, "num_dense": 13}, torch.device(DEVICE), 0, 1)
         assert run.table_kernels == (kernels == "triton")
-        losses = [float(run.step(*batch)) for batch in batches for _ in range(2)]
+        losses = [float(run(*batch)) for batch in batches for _ in range(2)]
         results[kernels] = losses, run.net.sparse.weight.detach(), run.tensor_state()["sparse_optim"]
     (loss_a, table_a, state_a), (loss_b, table_b, state_b) = results["triton"], results["torch"]
     assert loss_a == pytest.approx(loss_b, abs=1e-5)
@@ -182,14 +182,16 @@ def test_recipe_key_selects_the_kernels_in_the_training_step():
 
 
 def test_bad_table_kernels_and_fp16_are_one_line_errors():
-    from dlrm.train import check_recipe, table_kernels_of
+    from dlrm.step import DEFAULT_RECIPE, check_recipe, table_kernels_of
+    from zoo.errors import UserError
+    from zoo.recipe import load_recipe
 
-    with pytest.raises(SystemExit, match="speed.table_kernels must be torch or triton"):
+    with pytest.raises(UserError, match="speed.table_kernels must be torch or triton"):
         table_kernels_of({"speed": {"table_kernels": "cuda"}})
-    recipe = {"amp": "fp16", "model": {"embeddings": "plain"}, "speed": {"table_kernels": "triton"}}
-    with pytest.raises(SystemExit, match="speed.table_kernels=torch"):
-        check_recipe(recipe)
-    check_recipe({**recipe, "speed": {"table_kernels": "torch"}})
+    overrides = {"run.precision": "fp16", "model.embeddings": "plain", "speed.table_kernels": "triton"}
+    with pytest.raises(UserError, match="speed.table_kernels=torch"):
+        check_recipe(load_recipe(DEFAULT_RECIPE, overrides))
+    check_recipe(load_recipe(DEFAULT_RECIPE, {**overrides, "speed.table_kernels": "torch"}))
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU (compiled kernels at MLPerf v3's hotness)")

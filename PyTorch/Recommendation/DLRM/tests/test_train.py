@@ -3,9 +3,9 @@
 import json
 
 import pytest
-from dlrm_testing import TINY, losses, run_module
+from dlrm_testing import TINY, losses, per_gpu, run_module
 
-STEPS = ["--set", "train.max_steps=6", "--set", "train.shuffle=true"]
+STEPS = ["--steps", "6", "--set", "train.shuffle=true"]
 # Two tables pinned to column-wise shards (TorchRec shards rows on GPUs only); the planner places the rest.
 PINNED = ["--set", "model.sharding.plan={t0: column_wise, t1: column_wise}"]
 
@@ -23,8 +23,17 @@ def one_process(synthetic_dir, tmp_path_factory):
 def two_processes_resumed(synthetic_dir, tmp_path_factory):
     """Two processes: 3 steps, stopped (the sharded checkpoint stays), then resumed to 6."""
     results = tmp_path_factory.mktemp("two_processes")
-    args = ["--data-dir", str(synthetic_dir), "--results-dir", str(results), *TINY, *STEPS, *PINNED]
-    run_module("dlrm.train", *args, "--set", "train.max_steps=3", nproc=2)
+    args = [
+        "--data-dir",
+        str(synthetic_dir),
+        "--results-dir",
+        str(results),
+        *TINY,
+        *STEPS,
+        *PINNED,
+        *per_gpu(2),
+    ]
+    run_module("dlrm.train", *args, "--steps", "3", nproc=2)
     assert sorted(p.name for p in (results / "checkpoint").glob("*.distcp")) == [
         "__0_0.distcp",
         "__1_0.distcp",
@@ -44,7 +53,7 @@ def test_two_sharded_processes_resumed_give_the_one_process_losses(one_process, 
     assert two == pytest.approx(one, rel=2e-4, abs=1e-5)
     from zoo.mlperf import check_log
 
-    for log in ("mlperf.1.log", "mlperf.log"):  # the stopped run's and the resumed run's
+    for log in ("mlperf.log", "mlperf_resume1.log"):  # the stopped run's and the resumed run's
         check_log(two_processes_resumed / log, "dlrm_dcnv2")
     plan = (two_processes_resumed / "sharding_plan.txt").read_text()
     assert "column_wise" in plan and "table_wise" in plan
@@ -82,6 +91,7 @@ def test_plain_tables_over_two_ddp_processes_give_the_one_process_losses(
         *STEPS,
         "--set",
         "model.embeddings=plain",
+        *per_gpu(2),
         nproc=2,
     )
     assert losses(tmp_path) == pytest.approx(losses(one_process), rel=2e-4, abs=1e-5)
