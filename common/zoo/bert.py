@@ -101,6 +101,7 @@ PRETRAINING_FLAG_KEYS = {
     "lr": "optimizer.lr",
     "warmup": "schedule.warmup",
     "max_seq": "max_seq",
+    "vocab_size": "vocab_size",
     "eval_every": "run.eval_every",
     "checkpoint_every": "run.checkpoint_every",
 }
@@ -132,7 +133,7 @@ def pretraining_parser(
     p.add_argument("--warmup", type=float, help="warm-up: fraction of steps (<1) or a step count")
     p.add_argument("--seed", type=int)
     p.add_argument("--max-seq", type=int, help="synthetic data only (prepared data fixes it)")
-    p.add_argument("--vocab-size", type=int, default=30522, help="synthetic data only")
+    p.add_argument("--vocab-size", type=int, help="synthetic data only (recipe key vocab_size)")
     p.add_argument(
         "--checkpoint-every", type=steps_interval, metavar="N", help="optimizer steps between checkpoints"
     )

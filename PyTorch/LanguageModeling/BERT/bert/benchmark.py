@@ -50,9 +50,7 @@ from bert.step import DEFAULT_RECIPE, build_model, compile_mode_of, pretraining_
 
 DEFAULT_TEXT = "/usr/share/common-licenses"
 # recipe keys of this benchmark's own flags (zoo.cli.RUN_FLAGS maps --batch-size and --accumulation)
-FLAG_KEYS = {"model": "model"}
-# bert-large-uncased's vocabulary: the embedding rows of the scaling mode's model
-VOCAB_SIZE = 30522
+FLAG_KEYS = {"model": "model", "vocab_size": "vocab_size"}
 # different synthetic micro-batches the scaling mode cycles through
 SCALING_BATCHES = 8
 # Kernel families of a BERT step for zoo.bench.profile_step (the LAMB kernels first).
@@ -225,15 +223,15 @@ def run(args, recipe: dict) -> tuple[list[dict], dict]:
     amp, seq, batch_size = run.precision, recipe["max_seq"], run.batch_per_gpu
     if args.text:
         ours_batches, hf_batches, facts = real_text_batches(
-            recipe, args.text, args.vocab_size, args.iters, device
+            recipe, args.text, recipe["vocab_size"], args.iters, device
         )
     else:
-        batch = synthetic_batch(batch_size, seq, recipe["max_predictions"], args.vocab_size, device)
+        batch = synthetic_batch(batch_size, seq, recipe["max_predictions"], recipe["vocab_size"], device)
         ours_batches, hf_batches, facts = [batch], [hf_dense(batch)], {"data": "synthetic, full length"}
     hf_compiled = compile_mode_of(recipe["compile"]) is not None
     results = []
     for kind in args.models:
-        model = build_model(recipe, args.vocab_size, nsp=False).to(device)
+        model = build_model(recipe, recipe["vocab_size"], nsp=False).to(device)
         if kind == "ours":
             timed_model, call = model, ours_step(model, recipe, ours_batches, device)
             batches, calls_per_batch = ours_batches, run.accumulation
@@ -306,7 +304,7 @@ def optimizer_only(args, recipe: dict) -> list[dict]:
     the device time (synchronised) and the host time to issue the step (not synchronised)."""
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    model = build_model(recipe, args.vocab_size, nsp=True).to(device)
+    model = build_model(recipe, recipe["vocab_size"], nsp=True).to(device)
     for p in model.parameters():
         p.grad = torch.randn_like(p) * 1e-3
     groups = parameter_groups(model, 0.01, adapt=True)
@@ -352,9 +350,9 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     run = run_config(recipe)
     rank = dist.get_rank() if dist.is_initialized() else 0
     spec = SampleSpec(max_seq=recipe["max_seq"], max_predictions=recipe["max_predictions"], packing=False)
-    source = SyntheticBatches(run.batch_per_gpu, spec, VOCAB_SIZE, seed=run.seed + rank)
+    source = SyntheticBatches(run.batch_per_gpu, spec, recipe["vocab_size"], seed=run.seed + rank)
     batches = [_to_device(source[i], device) for i in range(SCALING_BATCHES)]
-    model = build_model(recipe, VOCAB_SIZE, nsp=False).to(device)
+    model = build_model(recipe, recipe["vocab_size"], nsp=False).to(device)
     step = pretraining_step(model, recipe, device, rank=rank, world_size=world_size)
     feed = itertools.cycle(batches)
     return zoo.scaling.Step(
@@ -398,7 +396,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help=f"real text instead of synthetic data: packed (ours) vs padded (Hugging Face) samples of the "
         f"recipe's length from DIR (default {DEFAULT_TEXT}); e.g. with --recipe configs/pretrain_phase2_1gpu.yaml",
     )  # fmt: skip
-    p.add_argument("--vocab-size", type=int, default=30522, help="embedding rows of both models")
+    p.add_argument("--vocab-size", type=int, help="embedding rows of both models (recipe key vocab_size)")
     p.add_argument("--models", nargs="+", choices=["ours", "hf"], default=["ours", "hf"])
     p.add_argument(
         "--warmup", type=int, default=10, help="steps before timing (after the first, compiling one)"

@@ -92,8 +92,8 @@ def build_batches(args, recipe: dict, env):
         if not args.synthetic:
             raise UserError("give --data-dir (prepared samples) or --synthetic")
         spec = SampleSpec(max_seq=recipe["max_seq"], max_predictions=recipe["max_predictions"], packing=False)
-        batches = SyntheticBatches(run.batch_per_gpu, spec, args.vocab_size, seed=run.seed + env.rank)
-        return batches, spec, args.vocab_size
+        batches = SyntheticBatches(run.batch_per_gpu, spec, recipe["vocab_size"], seed=run.seed + env.rank)
+        return batches, spec, recipe["vocab_size"]
     data = PretrainingData(args.data_dir, seed=run.seed)
     if data.spec.max_seq != recipe["max_seq"]:
         raise UserError(

@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,11 @@ import pytest
 MODEL_DIR = Path(__file__).resolve().parents[1]
 
 
-def sh(script, *args, timeout=300):
+def sh(script, *args, timeout=300, threads=2):
     env = dict(
-        os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="2"
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        OMP_NUM_THREADS=str(threads),
     )
     env.pop("PYTHONPATH", None)
     return subprocess.run(
@@ -50,8 +53,8 @@ def test_data_prepare_and_train_through_the_scripts(tmp_path, english_text, tiny
     assert (tmp_path / "r" / "model.pt").is_file()
 
 
-TINY_BENCH = ("--recipe", MODEL_DIR / "configs" / "pretrain_tiny_cpu.yaml", "--device", "cpu", "--iters", 3,
-              "--warmup", 1, "--windows", 1)  # fmt: skip
+TINY = MODEL_DIR / "configs" / "pretrain_tiny_cpu.yaml"
+TINY_BENCH = ("--recipe", TINY, "--device", "cpu", "--iters", 3, "--warmup", 1, "--windows", 1)
 
 
 @pytest.mark.parametrize("extra", [(), ("--amp", "bf16", "--set", "weights=bf16", "--set", "compile=true")])
@@ -85,6 +88,40 @@ def test_benchmark_packs_real_text_against_padding(tmp_path):
     ours, hf = report["results"]
     assert (ours["data"], hf["data"], ours["seq"]) == ("packed", "padded", 64)
     assert ours["accumulation"] == hf["accumulation"] == 2  # both sum two micro-batches per optimizer step
+
+
+def test_benchmark_gpus_times_the_recipe_step_on_one_and_two_processes(tmp_path):
+    """The scaling mode (zoo.scaling): one launch per process count through train.sh's launcher, the
+    replicas' weights equal after the timed steps."""
+    report = tmp_path / "scaling.json"
+    short = (
+        "--set",
+        "max_seq=32",
+        "--set",
+        "max_predictions=5",
+    )  # two launches of two processes: keep them quick
+    proc = sh("benchmark.sh", "--gpus", 2, "--recipe", TINY, "--window-seconds", 0.2, "--windows", 1,
+              "--warmup", 1, "--set", "run.accumulation=2", *short, "--output", report, threads=1)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(report.read_text())["results"]
+    assert [row["gpus"] for row in rows] == [1, 2]
+    assert [row["replicas_agree"] for row in rows] == [None, True]
+    assert all(row["batch_per_gpu"] == 8 and row["accumulation"] == 2 for row in rows)
+    assert all(row["unit"] == "seq/s" and row["throughput"] > 0 for row in rows)
+    assert "scripts/benchmark.sh --gpus 2" in proc.stdout and "equal" in proc.stdout
+
+
+def test_two_nodes_log_the_losses_of_one_node(tmp_path):
+    """check_two_nodes.sh: 1 node x 2 processes against 2 nodes x 1 process (two train.sh launches with
+    --nnodes 2 --node-rank 0/1, gloo): equal losses step for step."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = sh("check_two_nodes.sh", "--gpus-per-node", 1, "--results-dir", tmp_path, "--port", port, "--tolerance",
+              0, "--", "--recipe", TINY, "--synthetic", "--max-seq", 32, "--set", "max_predictions=5", "--steps", 3,
+              "--device", "cpu", threads=1)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    assert "largest relative difference 0 over 3 steps" in proc.stdout
 
 
 def test_evaluate_scores_a_predictions_file(tmp_path):
