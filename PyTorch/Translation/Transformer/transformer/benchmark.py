@@ -15,8 +15,9 @@ CPU (``--marian-eager`` forces that everywhere). The report lists each measureme
 ours / Marian.
 
 The scaling mode (``--gpus 1,2,4``, zoo.scaling) times TrainStep, DDP-wrapped as in training, on random
-sentence pairs of ``benchmark.lengths`` tokens (a batch of ``run.batch_per_gpu`` padded tokens per
-length, cycled; ``benchmark.vocab_size`` ids), ``run.accumulation`` batches an update, in tokens/s.
+sentence pairs of ``benchmark.lengths`` tokens (batches of ``run.batch_per_gpu`` padded tokens, three
+different ones per length, cycled; ``benchmark.vocab_size`` ids), ``run.accumulation`` batches an
+update, in tokens/s.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def random_batch(batch: int, length: int, vocab_size: int, seed: int = 0) -> dic
 def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     """The recipe's TrainStep (DDP over ``world_size`` processes, compiled as ``train.compile`` says) on
     random pairs of each of ``benchmark.lengths`` tokens, ``run.batch_per_gpu`` padded tokens a batch,
-    ``run.accumulation`` batches an update; items: the target tokens of one update on one GPU."""
+    ``run.accumulation`` batches an update, three different updates per length, cycled (each new length
+    is one more compilation: the first recompiles with dynamic shapes); items: the target tokens of one
+    update on one GPU."""
     import torch.distributed as dist
     from zoo.recipe import run_config
 
@@ -57,10 +60,13 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     step = TrainStep(model, recipe, device, world_size=world_size)
     updates = [
         [
-            random_batch(run.batch_per_gpu // length, length, shape["vocab_size"], seed=1000 * rank + i)
+            random_batch(
+                run.batch_per_gpu // length, length, shape["vocab_size"], seed=1000 * rank + 10 * k + i
+            )
             for i in range(run.accumulation)
         ]
         for length in shape["lengths"]
+        for k in range(3)
     ]
     tokens = [sum(int((b["tgt_out"] != PAD).sum()) for b in update) for update in updates]
     cycle = itertools.cycle(updates)
