@@ -687,8 +687,8 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *TRANSFORMER_TRAIN[2:]],
-                ("unknown recipe key 'train.epoch'", "did you mean 'train.epochs'"),
-                {"recipe": f"base: {TRANSFORMER_TINY}\ntrain:\n  epoch: 2\n"},
+                ("unknown recipe key 'run.epoch'", "did you mean 'run.epochs'"),
+                {"recipe": f"base: {TRANSFORMER_TINY}\nrun:\n  epoch: 2\n"},
             ),
             (
                 "set-key",
@@ -696,14 +696,14 @@ ROWS: list[Row] = [
                 ("unknown recipe key 'optimizer.lrr'", "did you mean 'optimizer.lr'"),
             ),
             (
-                "max-tokens-0",
-                [*TRANSFORMER_TRAIN, "--set", "data.max_tokens=0"],
-                "max_tokens must be a positive integer",
+                "batch-per-gpu-0",
+                [*TRANSFORMER_TRAIN, "--set", "run.batch_per_gpu=0"],
+                "run.batch_per_gpu must be a positive integer",
             ),
             ("epochs-0", [*TRANSFORMER_TRAIN, "--epochs", "0"], "epochs must be a positive integer"),
             (
                 "accumulation-0",
-                [*TRANSFORMER_TRAIN, "--set", "train.accumulation=0"],
+                [*TRANSFORMER_TRAIN, "--set", "run.accumulation=0"],
                 "accumulation must be a positive integer",
             ),
             ("amp-none", [*TRANSFORMER_TRAIN, "--amp", "none"], "use --amp fp32"),
@@ -713,7 +713,11 @@ ROWS: list[Row] = [
                 "--resume auto",
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
-            ("resume-text", [*TRANSFORMER_TRAIN, "--resume", "{text}"], "not a readable PyTorch checkpoint"),
+            (
+                "resume-text",
+                [*TRANSFORMER_TRAIN, "--resume", "{text}"],
+                ("not a Transformer training checkpoint", "cannot be read"),
+            ),
             (
                 "resume-foreign",
                 [*TRANSFORMER_TRAIN, "--resume", "{foreign}"],
@@ -782,17 +786,21 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *DLRM_TRAIN[2:]],
-                ("unknown recipe key 'train.batchsize'", "did you mean 'train.batch_size'"),
-                {"recipe": f"base: {DLRM_TINY}\ntrain:\n  batchsize: 64\n"},
+                ("unknown recipe key 'run.batch_per_gpus'", "did you mean 'run.batch_per_gpu'"),
+                {"recipe": f"base: {DLRM_TINY}\nrun:\n  batch_per_gpus: 64\n"},
             ),
             (
                 "set-key",
                 [*DLRM_TRAIN, "--set", "model.embedding_dims=8"],
                 ("unknown recipe key 'model.embedding_dims'", "did you mean 'model.embedding_dim'"),
             ),
-            ("batch-size-0", [*DLRM_TRAIN, "--batch-size", "0"], "batch_size must be a positive integer"),
+            (
+                "batch-size-0",
+                [*DLRM_TRAIN, "--batch-size", "0"],
+                "run.batch_per_gpu must be a positive integer",
+            ),
             ("epochs-0", [*DLRM_TRAIN, "--epochs", "0"], "epochs must be a positive integer"),
-            ("max-steps-0", [*DLRM_TRAIN, "--max-steps", "0"], "max_steps must be a positive integer"),
+            ("max-steps-0", [*DLRM_TRAIN, "--max-steps", "0"], "run.steps must be a positive integer"),
             ("amp-none", [*DLRM_TRAIN, "--amp", "none"], "use --amp fp32"),
             (
                 "amp-fp16-torchrec",
@@ -803,7 +811,7 @@ ROWS: list[Row] = [
                 "checkpoint-without-resume",
                 DLRM_TRAIN,
                 "--resume auto",
-                {"files": {"results/checkpoint/progress.json": '{"step": 10}'}},
+                {"files": {"results/checkpoint/checkpoint.pt": "ten steps of work"}},
             ),
             ("resume-text", [*DLRM_TRAIN, "--resume", "{text}"], "not a DLRM checkpoint"),
             ("resume-foreign", [*DLRM_TRAIN, "--resume", "{foreign}"], "not a DLRM checkpoint"),
