@@ -21,7 +21,7 @@ def main(argv=None) -> None:
     from zoo.log import MetricsLogger
     from zoo.torch import SHARDED_CHECKPOINT_NAME, close_distributed, init_distributed
 
-    from dlrm.data import Batches, Split, read_meta
+    from dlrm.data import Split, read_meta
     from dlrm.engine import evaluate
     from dlrm.step import TrainStep, read_checkpoint
 
@@ -44,16 +44,7 @@ def main(argv=None) -> None:
     env, device = init_distributed(args.device)
     step = TrainStep(recipe, meta, device, env.rank, env.world_size)
     step.load(checkpoint, weights_only=True, flag="--checkpoint")
-    split = Split(args.data_dir, "val")
-    batches = Batches(
-        split,
-        int(recipe["eval"]["batch_size"]),
-        env.rank,
-        env.world_size,
-        step.rows,
-        step.hotness,
-        drop_last=False,
-    )
+    batches = step.batches(Split(args.data_dir, "val"), int(recipe["eval"]["batch_size"]), train=False)
     logger = MetricsLogger(enabled=env.rank == 0, total_steps=batches.count, desc="eval")
     metrics = evaluate(step, batches, logger)
     logger.close()

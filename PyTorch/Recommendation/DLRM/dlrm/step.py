@@ -92,6 +92,27 @@ class TrainStep:
         self.base_dense_lr = float(recipe["optimizer"]["lr"])
         self.base_sparse_lr = float(recipe["sparse_optimizer"]["lr"])
 
+    def batches(self, split, global_batch: int, *, train: bool):
+        """This rank's share of ``split`` (dlrm.data.Batches) in global batches of ``global_batch`` rows, ids
+        mapped to this model's tables; ``train``: whole batches in the order ``train.shuffle`` says,
+        else every row (a last partial batch padded)."""
+        from zoo.recipe import run_config
+
+        from dlrm.data import Batches
+
+        shuffle = train and bool(self.recipe["train"].get("shuffle", True))
+        return Batches(
+            split,
+            global_batch,
+            self.rank,
+            self.world,
+            self.rows,
+            self.hotness,
+            drop_last=train,
+            shuffle=shuffle,
+            seed=run_config(self.recipe).seed,
+        )
+
     def forward(self, dense, sparse):
         from zoo.torch import autocast
 

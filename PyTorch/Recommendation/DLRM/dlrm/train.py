@@ -108,7 +108,7 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
     from zoo.rng import set_rng_state
     from zoo.torch import SHARDED_CHECKPOINT_NAME, close_distributed, fast_math, init_distributed
 
-    from dlrm.data import Batches, Split, read_meta
+    from dlrm.data import Split, read_meta
     from dlrm.engine import evaluate, train_one_epoch
     from dlrm.step import TrainStep, check_recipe, read_checkpoint
 
@@ -132,26 +132,8 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
         mlperf.seed(run.seed)
         torch.manual_seed(run.seed)
         step = TrainStep(recipe, meta, device, env.rank, env.world_size)
-        batches = Batches(
-            train_split,
-            global_batch,
-            env.rank,
-            env.world_size,
-            step.rows,
-            step.hotness,
-            drop_last=True,
-            shuffle=bool(recipe["train"].get("shuffle", True)),
-            seed=run.seed,
-        )
-        val_batches = Batches(
-            val_split,
-            int(recipe["eval"]["batch_size"]),
-            env.rank,
-            env.world_size,
-            step.rows,
-            step.hotness,
-            drop_last=False,
-        )
+        batches = step.batches(train_split, global_batch, train=True)
+        val_batches = step.batches(val_split, int(recipe["eval"]["batch_size"]), train=False)
         total = run.steps if run.steps is not None else run.epochs * batches.count
         log_mlperf_settings(mlperf, recipe, global_batch, train_split.rows, val_split.rows)
         if resume_from is not None:
