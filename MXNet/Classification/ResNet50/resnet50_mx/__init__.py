@@ -1,0 +1,7 @@
+"""ResNet-50 v1.5 in MXNet Gluon: model, RecordIO input, training step and loop, evaluation, export."""
+
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+# What train.py and the benchmark read when no --recipe is given.
+DEFAULT_RECIPE = CONFIG_DIR / "resnet50_1gpu_90ep.yaml"

@@ -14,9 +14,12 @@ import mxnet as mx
 from mxnet.contrib import amp as mx_amp
 from zoo.bench import measure, write_report
 from zoo.cli import AMP_CHOICES, entry_point, parse_args
+from zoo.errors import UserError
 
+from . import DEFAULT_RECIPE
 from .model import LAYOUTS, build_model
-from .train import Processes, build_trainer, parse_gpus, train_step
+from .processes import Processes, parse_gpus
+from .step import TrainStep, build_trainer
 
 
 def _net(num_classes: int, layout: str, ctx):
@@ -27,30 +30,28 @@ def _net(num_classes: int, layout: str, ctx):
 
 
 def bench_train(args, ctx) -> dict:
+    from zoo.recipe import load_recipe
+
     procs = Processes("device", len(ctx), False)
     net = _net(args.num_classes, args.layout, ctx)
-    recipe = {"optimizer": {"name": "sgd", "momentum": 0.875, "weight_decay": 3.0517578125e-05}}
+    recipe = load_recipe(DEFAULT_RECIPE)  # the optimizer and label smoothing of the default recipe
     trainer = build_trainer(net, recipe, procs, args.amp, base_lr=0.1)
     batch = args.batch_size * len(ctx)
     shape = (batch, 3, args.image_size, args.image_size)
     data = mx.nd.random.normal(shape=shape, ctx=ctx[0])
     label = mx.nd.array(mx.nd.random.randint(0, args.num_classes, shape=(batch,)).asnumpy(), ctx=ctx[0])
 
-    def step():
-        train_step(
-            net,
-            trainer,
-            data,
-            label,
-            ctx,
-            num_classes=args.num_classes,
-            smoothing=0.1,
-            amp=args.amp,
-            step_batch=batch,
-        )
-
+    smoothing = float(recipe["loss"]["label_smoothing"])
+    step = TrainStep(
+        net, trainer, ctx, num_classes=args.num_classes, smoothing=smoothing, amp=args.amp, step_batch=batch
+    )
     summary = measure(
-        step, items_per_call=batch, warmup=args.warmup, iters=args.steps, sync=mx.nd.waitall, per_call=True
+        lambda: step(data, label),
+        items_per_call=batch,
+        warmup=args.warmup,
+        iters=args.steps,
+        sync=mx.nd.waitall,
+        per_call=True,
     )
     return dict(summary, mode="train", batch_size=batch, per_device_batch=args.batch_size)
 
@@ -87,11 +88,11 @@ def main(argv=None):
     p.add_argument("--output", default="results/benchmark.json", help="JSON report (zoo.bench schema)")
     args = parse_args(p, argv)
     if args.steps < 1 or args.warmup < 0:
-        raise SystemExit("--steps must be >= 1 and --warmup >= 0")
+        raise UserError("--steps must be >= 1 and --warmup >= 0")
     try:
         sizes = [int(b) for b in args.inference_batch_sizes.split(",") if b]
     except ValueError:
-        raise SystemExit(
+        raise UserError(
             f"--inference-batch-sizes must be a comma list of integers: {args.inference_batch_sizes!r}"
         ) from None
     counts = (
@@ -101,15 +102,15 @@ def main(argv=None):
     )
     for flag, value in counts:
         if value < 1:
-            raise SystemExit(f"error: {flag} must be a positive integer, not {value}")
+            raise UserError(f"{flag} must be a positive integer, not {value}")
     if not sizes or min(sizes) < 1:
-        raise SystemExit(
-            f"error: --inference-batch-sizes must be positive integers, not {args.inference_batch_sizes!r}"
+        raise UserError(
+            f"--inference-batch-sizes must be positive integers, not {args.inference_batch_sizes!r}"
         )
     gpus = parse_gpus(args.gpus)
     ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
     if args.amp == "fp16" and not gpus:
-        raise SystemExit("--amp fp16 needs a GPU; on CPU use --amp bf16")
+        raise UserError("--amp fp16 needs a GPU; on CPU use --amp bf16")
     if args.amp != "fp32":
         mx_amp.init(target_dtype="float16" if args.amp == "fp16" else "bfloat16")
     results = []

@@ -1,4 +1,4 @@
-"""Load weights for inference: our training checkpoints, Gluon ``.params`` files, registry names.
+"""Load weights for inference: our training checkpoints (zoo.mx), Gluon ``.params`` files, registry names.
 
 The registry (``checkpoints.yaml`` beside this package; ``scripts/download_checkpoint.sh {list,pull
 NAME}``) lists public MXNet ResNet-50 v1.5 weights. GluonCV publishes them as
@@ -10,18 +10,21 @@ carries its entry's preprocessing (and its crop as ``image_size``) for evaluatio
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import zipfile
 from pathlib import Path
 
 import mxnet as mx
-from zoo.errors import one_line
+from zoo.errors import UserError, one_line
+from zoo.mx import mxnet_reason
 
 from .model import build_model
 
 REGISTRY = Path(__file__).resolve().parent.parent / "checkpoints.yaml"
+# state.json's name in our training checkpoints (zoo.mx.save_training_checkpoint), and how errors call them
+CHECKPOINT_KIND = "resnet50_mx"
+WHAT = "an MXNet ResNet-50 training checkpoint"
 
 
 def sha1_file(path) -> str:
@@ -40,7 +43,7 @@ def extract_gluoncv_zip(zip_path: Path) -> Path:
         with zipfile.ZipFile(zip_path) as zf:
             members = [m for m in zf.namelist() if m.endswith(".params")]
             if len(members) != 1:
-                raise SystemExit(f"{zip_path} should hold one .params file, holds {members}")
+                raise UserError(f"{zip_path} should hold one .params file, holds {members}")
             member = members[0]
             target = zip_path.parent / Path(member).name
             match = re.search(r"-([0-9a-f]{8,40})\.params$", target.name)
@@ -50,22 +53,19 @@ def extract_gluoncv_zip(zip_path: Path) -> Path:
                 while chunk := src.read(1 << 20):
                     dst.write(chunk)
                 if match and not sha1_file(tmp).startswith(match.group(1)):
-                    raise SystemExit(
+                    raise UserError(
                         f"{member} in {zip_path} does not match the SHA-1 {match.group(1)} in its name"
                     )
     except zipfile.BadZipFile:
-        raise SystemExit(f"{zip_path} is not a zip archive") from None
+        raise UserError(f"{zip_path} is not a zip archive") from None
     return target
 
 
 def registry_entry(name: str, registry=None):
     """The zoo.checkpoints entry ``name`` of ``registry`` (default: REGISTRY); a one-line error when unknown."""
-    from zoo.checkpoints import CheckpointError, load_registry
+    from zoo.checkpoints import load_registry
 
-    try:
-        return load_registry(registry or REGISTRY).get(name)
-    except CheckpointError as e:
-        raise SystemExit(f"error: {e}") from None
+    return load_registry(registry or REGISTRY).get(name)  # an unknown name is a one-line CheckpointError
 
 
 def fetch_pretrained(name: str, cache_dir=None, registry=None) -> Path:
@@ -74,66 +74,50 @@ def fetch_pretrained(name: str, cache_dir=None, registry=None) -> Path:
     A downloaded zip that cannot be extracted or whose ``.params`` fails its SHA-1 is removed from
     the cache, so that the next call downloads it again.
     """
-    from zoo.checkpoints import CheckpointError, fetch
+    from zoo.checkpoints import fetch
 
     entry = registry_entry(name, registry)
-    try:
-        path = fetch(entry, cache_dir=cache_dir)
-    except CheckpointError as e:
-        raise SystemExit(f"error: {e}") from None
+    path = fetch(entry, cache_dir=cache_dir)
     if entry.format != "zip":
         return path
     try:
         return extract_gluoncv_zip(path)
-    except SystemExit:
+    except UserError:
         path.unlink(missing_ok=True)
         raise
-
-
-def mxnet_reason(error: Exception) -> str:
-    """The informative line of an MXNet error (its text starts with a C++ traceback)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    useful = [line for line in lines if "Check failed" in line or "Error" in line]
-    return " ".join((useful or lines or ["unknown error"])[-1:])[:200]
 
 
 def read_params(path: Path) -> dict:
     with open(path, "rb") as f:
         head = f.read(4)
     if head == b"PK\x03\x04":  # what torch.save writes
-        raise SystemExit(
-            f"error: {path} is not an MXNet parameter file but a zip archive (a PyTorch checkpoint?)"
-        )
+        raise UserError(f"{path} is not an MXNet parameter file but a zip archive (a PyTorch checkpoint?)")
     try:
         params = mx.nd.load(str(path))
     except mx.base.MXNetError as e:
-        raise SystemExit(f"error: {path} is not an MXNet parameter file ({mxnet_reason(e)})") from None
+        raise UserError(f"{path} is not an MXNet parameter file ({mxnet_reason(e)})") from None
     if not isinstance(params, dict) or "fc.weight" not in params:
-        raise SystemExit(f"error: {path} is not a ResNet-50 Gluon parameter file (no fc.weight)")
+        raise UserError(f"{path} is not a ResNet-50 Gluon parameter file (no fc.weight)")
     return params
 
 
 def resolve(checkpoint: str, cache_dir=None) -> tuple[Path, dict]:
-    """A checkpoint argument -> (``.params`` path, metadata). Accepts a training-state ``.json``, a
-    results folder, a ``.params`` file or a registry name."""
+    """A checkpoint argument -> (``.params`` path, metadata). Accepts a results folder (its checkpoint/),
+    one of its checkpoint folders or their ``.json``, a ``.params`` file or a registry name."""
+    from zoo.mx import PARAMS, load_training_checkpoint
+
     path = Path(checkpoint)
     meta: dict = {}
-    if path.is_dir():
-        path = (
-            path / "latest.json" if (path / "latest.json").is_file() else path / "checkpoints" / "latest.json"
-        )
-    if path.suffix == ".json" and path.is_file():
-        try:
-            meta = json.loads(path.read_text())
-            return path.parent / meta["params"], meta
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
-            raise SystemExit(f"error: {path} is not an MXNet ResNet-50 training checkpoint") from None
+    if path.is_dir() or path.suffix == ".json" and path.is_file():
+        where = path.parent if path.name == "state.json" else path
+        meta = load_training_checkpoint(where, name=CHECKPOINT_KIND, what=WHAT, flag="--checkpoint")
+        return meta["folder"] / PARAMS, {k: v for k, v in meta.items() if k != "params"}
     if path.is_file():
         if path.suffix == ".zip":
             return extract_gluoncv_zip(path), meta
         return path, meta
     if os.sep in checkpoint or checkpoint.endswith((".params", ".json", ".zip")):
-        raise SystemExit(f"checkpoint {checkpoint} does not exist")
+        raise UserError(f"checkpoint {checkpoint} does not exist")
     preprocessing = registry_entry(checkpoint).preprocessing
     if preprocessing is not None:
         meta = {"preprocessing": preprocessing, "image_size": preprocessing.crop}
@@ -155,14 +139,14 @@ def load_for_inference(
     params = read_params(params_path)
     found = int(params["fc.weight"].shape[0])
     if num_classes is not None and num_classes != found:
-        raise SystemExit(f"checkpoint {checkpoint} has {found} classes, but {num_classes} were asked for")
+        raise UserError(f"checkpoint {checkpoint} has {found} classes, but {num_classes} were asked for")
     conv1 = params["conv1.weight"].shape if "conv1.weight" in params else None
     saved_layout = "NHWC" if conv1 is not None and conv1[-1] == 3 else "NCHW"
     net = build_model(found, layout=saved_layout, input_layout=input_layout)
     try:
         net.load_parameters(str(params_path), ctx=ctx)
     except (AssertionError, mx.base.MXNetError) as e:
-        raise SystemExit(f"{params_path} does not fit ResNet-50 v1.5: {one_line(e, limit=200)}") from None
+        raise UserError(f"{params_path} does not fit ResNet-50 v1.5: {one_line(e, limit=200)}") from None
     if layout != saved_layout:
         net = convert_layout(net, layout, input_layout, ctx)
     meta = dict(meta, params=str(params_path), num_classes=found, layout=layout)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import mxnet as mx
 import numpy as np
+from zoo.errors import UserError, one_line
 
 from .records import record_paths
 
@@ -62,7 +63,7 @@ def val_transform(spec: DataSpec) -> dict:
     if pre is None:
         return dict(resize=val_resize(spec.image_size), interpolation="bilinear", mean=MEAN_RGB, std=STD_RGB)
     if pre.crop != spec.image_size:
-        raise SystemExit(f"error: image size {spec.image_size} differs from the checkpoint's crop {pre.crop}")
+        raise UserError(f"image size {spec.image_size} differs from the checkpoint's crop {pre.crop}")
     return dict(
         resize=pre.resize,
         interpolation=pre.interpolation,
@@ -171,8 +172,8 @@ class DaliLoader:
             from nvidia.dali import fn, pipeline_def, types
             from nvidia.dali.plugin.mxnet import DALIClassificationIterator, LastBatchPolicy
         except ImportError as e:
-            raise SystemExit(
-                f"--data-backend dali-* needs NVIDIA DALI's MXNet plugin (nvidia-dali-cuda*), not importable here: {e}"
+            raise UserError(
+                f"--data-backend dali-* needs NVIDIA DALI's MXNet plugin (nvidia-dali-cuda*), not importable here: {one_line(e)}"
             ) from None
         rec, idx = record_paths(spec.data_dir, "train" if train else "val")
         self.num_samples = count_records(idx)
@@ -239,12 +240,12 @@ class DaliLoader:
 def build_loader(spec: DataSpec, *, train: bool, epoch: int, seed: int, ctx: mx.Context):
     """The loader of one epoch; its seed depends only on (seed, epoch, shard)."""
     if spec.backend not in BACKENDS:
-        raise SystemExit(f"unknown data backend {spec.backend!r} (choose from {', '.join(BACKENDS)})")
+        raise UserError(f"unknown data backend {spec.backend!r} (choose from {', '.join(BACKENDS)})")
     epoch_seed = seed + 1000 * epoch + spec.part_index
     if spec.backend == "synthetic":
         return SyntheticLoader(spec, seed=epoch_seed, ctx=ctx)
     if spec.data_dir is None:
-        raise SystemExit(f"--data-backend {spec.backend} needs --data-dir (or use --data-backend synthetic)")
+        raise UserError(f"--data-backend {spec.backend} needs --data-dir (or use --data-backend synthetic)")
     if spec.backend == "recordio":
         return RecordLoader(spec, train=train, seed=epoch_seed)
     device_id = ctx.device_id if ctx.device_type == "gpu" else 0

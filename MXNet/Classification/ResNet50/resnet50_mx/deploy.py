@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
 from .triton_repo import INPUT_NAME, OUTPUT_NAME, zoo_triton_python
 
@@ -43,7 +44,7 @@ def server_python() -> str:
         return sys.executable
     candidate = zoo_triton_python()
     if candidate is None or not Path(candidate).is_file():
-        raise SystemExit(
+        raise UserError(
             "no tritonserver here: install nvidia-pytriton, or set ZOO_TRITON_PYTHON to a python that has it"
         )
     return candidate
@@ -65,11 +66,11 @@ def serve(
     """
     repo = Path(model_repository)
     if not repo.is_dir():
-        raise SystemExit(f"model repository {repo} does not exist (make it with scripts/export_triton.sh)")
+        raise UserError(f"model repository {repo} does not exist (make it with scripts/export_triton.sh)")
     names = models or [p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file()]
     for name in names:
         if not (repo / name / "config.pbtxt").is_file():
-            raise SystemExit(f"model repository {repo} has no model {name}")
+            raise UserError(f"model repository {repo} has no model {name}")
         check_config(repo / name)
     served = Path(tempfile.mkdtemp(prefix="zoo-repo-"))
     for name in names:
@@ -107,7 +108,7 @@ def check_config(model_dir: Path) -> None:
     if proc.returncode != 0:
         lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
         reason = lines[-1].removeprefix("error: ") if lines else f"exit code {proc.returncode}"
-        raise SystemExit(f"error: {reason}")
+        raise UserError(reason)
 
 
 def _wait_ready(proc: subprocess.Popen, url: str, output, log: str, timeout: float) -> None:
@@ -118,7 +119,9 @@ def _wait_ready(proc: subprocess.Popen, url: str, output, log: str, timeout: flo
             lines = output.read().strip().splitlines()
             # zoo.triton serve's last line is "error: <why>" (the failing models' reasons).
             why = next((line for line in reversed(lines) if line.startswith("error:")), None)
-            raise SystemExit(why or f"error: tritonserver did not start (log: {log})")
+            raise UserError(
+                why.removeprefix("error: ") if why else f"tritonserver did not start (log: {log})"
+            )
         try:
             with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as response:
                 if response.status == 200:
@@ -126,7 +129,7 @@ def _wait_ready(proc: subprocess.Popen, url: str, output, log: str, timeout: flo
         except OSError:
             pass
         if time.monotonic() > deadline:
-            raise SystemExit(f"error: tritonserver not ready after {timeout:.0f} s (log: {log})")
+            raise UserError(f"tritonserver not ready after {timeout:.0f} s (log: {log})")
         time.sleep(0.5)
 
 
@@ -254,7 +257,7 @@ def main(argv=None):
 
 def _config_image_size(config: Path) -> int:
     if not config.is_file():
-        raise SystemExit(f"{config} not found: is --model right and the repository exported?")
+        raise UserError(f"{config} not found: is --model right and the repository exported?")
     try:
         dims = [
             int(line.split(":")[1])
@@ -262,9 +265,7 @@ def _config_image_size(config: Path) -> int:
             if line.strip().startswith("dims:")
         ]
     except (ValueError, UnicodeDecodeError):
-        raise SystemExit(
-            f"error: {config} is not a model configuration written by export_triton.sh"
-        ) from None
+        raise UserError(f"{config} is not a model configuration written by export_triton.sh") from None
     return dims[2] if len(dims) >= 3 else 224
 
 

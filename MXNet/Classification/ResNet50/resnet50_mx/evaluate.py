@@ -1,4 +1,4 @@
-"""Top-1 / top-5 accuracy of a checkpoint on the validation RecordIO."""
+"""Top-1 / top-5 accuracy (%) of a checkpoint on the validation RecordIO (the loop: engine.evaluate)."""
 
 from __future__ import annotations
 
@@ -9,50 +9,26 @@ import sys
 import time
 
 import mxnet as mx
-from mxnet import gluon
 from mxnet.contrib import amp as mx_amp
 from zoo.cli import AMP_CHOICES, entry_point, parse_args
+from zoo.errors import UserError
 from zoo.log import MetricsLogger
 
-
-def evaluate(net, loader, ctx, progress=None) -> dict:
-    """Top-1, top-5 and image count over one pass of ``loader`` (filler samples of ``pad`` ignored).
-
-    ``progress``: a ``zoo.log.MetricsLogger`` whose progress line shows batches done / total and
-    images/s (its ``total_steps`` is ``loader.batches``)."""
-    correct1 = correct5 = total = 0
-    for batch, (data, label, pad) in enumerate(loader, 1):
-        valid = data.shape[0] - pad
-        if valid <= 0:
-            continue
-        datas = gluon.utils.split_and_load(data[:valid], ctx, even_split=False)
-        labels = gluon.utils.split_and_load(label[:valid], ctx, even_split=False)
-        for x, y in zip(datas, labels, strict=True):
-            logits = net(x).astype("float32")
-            k = min(5, logits.shape[1])
-            top = mx.nd.topk(logits, axis=1, k=k).astype("int64")
-            y = y.astype("int64").reshape((-1, 1))
-            hits = top == y
-            correct1 += int(hits[:, 0].sum().asscalar())
-            correct5 += int(hits.sum().asscalar())
-            total += x.shape[0]
-        if progress is not None:
-            progress.progress(batch, valid, {"top1": correct1 / total})
-    if total == 0:
-        raise SystemExit("the validation set is empty")
-    return {"top1": correct1 / total, "top5": correct5 / total, "images": total}
+from .engine import evaluate
 
 
 @entry_point
 def main(argv=None):
     from .checkpoint import load_for_inference
     from .data import BACKENDS, DataSpec, build_loader, val_transform
+    from .processes import parse_gpus
     from .records import check_dataset, require_classes
-    from .train import parse_gpus
 
     p = argparse.ArgumentParser(prog="evaluate.sh", description="Top-1/top-5 of a ResNet-50 v1.5 checkpoint.")
     p.add_argument(
-        "--checkpoint", required=True, help="results dir, checkpoint .json, .params file or registry name"
+        "--checkpoint",
+        required=True,
+        help="results dir (its checkpoint/), a checkpoint folder, .params file or registry name",
     )
     p.add_argument(
         "--data-dir", default=os.environ.get("DATA_DIR"), help="folder with val.rec/.idx ($DATA_DIR)"
@@ -70,16 +46,16 @@ def main(argv=None):
     for flag in ("batch_size", "image_size", "num_classes", "threads"):
         value = getattr(args, flag)
         if value is not None and value < 1:
-            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
+            raise UserError(f"--{flag.replace('_', '-')} must be a positive integer, not {value}")
     if not args.data_dir:
-        raise SystemExit("error: no validation data: pass --data-dir or set DATA_DIR")
+        raise UserError("no validation data: pass --data-dir or set DATA_DIR")
     checked = check_dataset(args.data_dir, ["val"], threads=args.threads)
 
     gpus = parse_gpus(args.gpus)
     ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
     if args.amp == "fp16" and not gpus:
-        raise SystemExit(
-            "error: --amp fp16 needs a GPU (MXNet's float16 kernels are GPU-only); on CPU use --amp bf16"
+        raise UserError(
+            "--amp fp16 needs a GPU (MXNet's float16 kernels are GPU-only); on CPU use --amp bf16"
         )
     if args.amp != "fp32":  # before the network is built: AMP rewrites the operator namespaces
         mx_amp.init(target_dtype="float16" if args.amp == "fp16" else "bfloat16")
@@ -113,10 +89,11 @@ def main(argv=None):
     loader = build_loader(spec, train=False, epoch=0, seed=0, ctx=ctx[0])
     with MetricsLogger(total_steps=loader.batches, desc="evaluate") as progress:
         result = evaluate(net, loader, ctx, progress)
-    result["images_per_s"] = result["images"] / (time.time() - tic)
+    result["throughput"] = result["samples"] / (time.time() - tic)
     result["preprocessing"] = used
     print(
-        f"top1 {result['top1']:.4f}  top5 {result['top5']:.4f}  ({result['images']} images)", file=sys.stderr
+        f"top1 {result['top1']:.2f}%  top5 {result['top5']:.2f}%  ({result['samples']} images)",
+        file=sys.stderr,
     )
     print(json.dumps(result))
     return result

@@ -22,6 +22,7 @@ from pathlib import Path
 import mxnet as mx
 import numpy as np
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
 from .triton_repo import INPUT_NAME, OUTPUT_NAME, zoo_triton_python
 
@@ -85,7 +86,7 @@ def triton_python() -> str:
         pass
     candidate = zoo_triton_python()
     if candidate is None or not Path(candidate).is_file():
-        raise SystemExit(
+        raise UserError(
             "writing config.pbtxt needs tritonclient[grpc] (protobuf >= 5), absent here: "
             "set ZOO_TRITON_PYTHON to a python that has it (e.g. .venv/pytorch/bin/python)"
         )
@@ -116,7 +117,7 @@ def write_repository(spec: dict) -> None:
     sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        raise SystemExit(f"writing the Triton repository failed: {last}")
+        raise UserError(f"writing the Triton repository failed: {last}")
 
 
 @entry_point
@@ -143,15 +144,15 @@ def main(argv=None):
     for flag in ("image_size", "max_batch_size", "num_classes"):
         value = getattr(args, flag)
         if value is not None and value < 1:
-            raise SystemExit(f"error: --{flag.replace('_', '-')} must be a positive integer, not {value}")
+            raise UserError(f"--{flag.replace('_', '-')} must be a positive integer, not {value}")
 
     net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes)
     image_size = args.image_size or meta.get("image_size", 224)
     if "preprocessing" in meta:  # a registry checkpoint: clients must prepare images as it was published
         print(f"preprocessing: {meta['preprocessing'].describe()}", file=sys.stderr)
         if image_size != meta["preprocessing"].crop:
-            raise SystemExit(
-                f"error: --image-size {image_size} differs from the checkpoint's crop {meta['preprocessing'].crop}"
+            raise UserError(
+                f"--image-size {image_size} differs from the checkpoint's crop {meta['preprocessing'].crop}"
             )
     repo = Path(args.model_repository)
     onnx_path = export_onnx(net, repo / ".export" / "model.onnx", image_size=image_size)

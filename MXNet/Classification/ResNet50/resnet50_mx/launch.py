@@ -16,6 +16,7 @@ import sys
 import time
 
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
 
 def _free_port() -> int:
@@ -71,11 +72,11 @@ def main(argv=None):
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="arguments for train (after --)")
     args = p.parse_args(argv)
     if args.workers < 1 or args.servers < 1:
-        raise SystemExit("--workers and --servers must be >= 1")
+        raise UserError("--workers and --servers must be >= 1")
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     code = launch(train_args, workers=args.workers, servers=args.servers, port=args.port)
     if code:
-        raise SystemExit(f"a worker failed with exit code {code}")
+        raise UserError(f"a worker failed with exit code {code}")
 
 
 if __name__ == "__main__":

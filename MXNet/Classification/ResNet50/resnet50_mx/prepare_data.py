@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from zoo.cli import entry_point, parse_args
+from zoo.errors import UserError
 
 from .records import verify_dataset
 
@@ -29,7 +30,7 @@ def im2rec_script() -> Path:
 
     path = Path(mxnet.__file__).parent / "tools" / "im2rec.py"
     if not path.is_file():
-        raise SystemExit(f"im2rec not found in the MXNet install ({path})")
+        raise UserError(f"im2rec not found in the MXNet install ({path})")
     return path
 
 
@@ -45,9 +46,9 @@ def list_split(split_dir: Path, classes: list[str], seed: int) -> list[tuple[int
                 items.append((label, f"{name}/{path.name}"))
     unknown = sorted(p.name for p in split_dir.iterdir() if p.is_dir() and p.name not in classes)
     if unknown:
-        raise SystemExit(f"{split_dir} has class folders not in train/: {', '.join(unknown[:5])}")
+        raise UserError(f"{split_dir} has class folders not in train/: {', '.join(unknown[:5])}")
     if not items:
-        raise SystemExit(f"{split_dir} holds no images ({', '.join(IMAGE_EXTS)})")
+        raise UserError(f"{split_dir} holds no images ({', '.join(IMAGE_EXTS)})")
     random.Random(seed).shuffle(items)
     return items
 
@@ -89,11 +90,11 @@ def pack_split(
         shutil.rmtree(work, ignore_errors=True)
         bad = undecodable(split_dir, items)
         if bad:
-            raise SystemExit(
+            raise UserError(
                 f"{len(bad)} image(s) in {split_dir} could not be decoded (first: {bad[0]}); fix or remove them"
             )
         last = (log.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-        raise SystemExit(f"im2rec failed on {split_dir}: {last}")
+        raise UserError(f"im2rec failed on {split_dir}: {last}")
     for ext in ("rec", "idx", "lst"):
         os.replace(work / f"{split}.{ext}", out_dir / f"{split}.{ext}")
     work.rmdir()
@@ -106,12 +107,12 @@ def convert(
     """Convert ``image_folder/{train,val}`` to RecordIO in ``out_dir``; returns records per split."""
     root, out = Path(image_folder), Path(out_dir)
     if not root.is_dir():
-        raise SystemExit(f"image folder {root} does not exist")
+        raise UserError(f"image folder {root} does not exist")
     if not (root / "train").is_dir():
-        raise SystemExit(f"image folder {root} has no train/ folder")
+        raise UserError(f"image folder {root} has no train/ folder")
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     if not classes:
-        raise SystemExit(f"{root / 'train'} has no class folders")
+        raise UserError(f"{root / 'train'} has no class folders")
     out.mkdir(parents=True, exist_ok=True)
     counts = {}
     for split in ("train", "val"):
@@ -165,8 +166,8 @@ def main(argv=None):
     args = parse_args(parser, argv, renamed={"--out": "--data-dir"})
     for flag in ("threads", "image_size", "quality"):
         if getattr(args, flag) < 1:
-            raise SystemExit(
-                f"error: --{flag.replace('_', '-')} must be a positive integer, not {getattr(args, flag)}"
+            raise UserError(
+                f"--{flag.replace('_', '-')} must be a positive integer, not {getattr(args, flag)}"
             )
     if not (args.image_folder or args.imagenet_tars or args.digits or args.synthetic):
         if not args.verify:

@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from zoo.errors import UserError
+
 MAGIC = 0xCED7230A
 PART = struct.Struct("<II")  # magic, cflag << 29 | length
 IR_HEADER = struct.Struct("<IfQQ")  # flag, label, id, id2
@@ -45,7 +47,7 @@ class SplitCheck:
     decoded: bool  # every image was decoded (not only the index and length pass)
 
 
-class RecordError(SystemExit):
+class RecordError(UserError):
     """A one-line error naming the file and the record."""
 
 
@@ -61,11 +63,11 @@ def read_index(idx: Path) -> list[tuple[int, int]]:
                 key, offset = int(fields[0]), int(fields[1])
             except (ValueError, IndexError):
                 raise RecordError(
-                    f"error: {idx} line {number} is not 'key<TAB>offset': {line.strip()[:60]!r}"
+                    f"{idx} line {number} is not 'key<TAB>offset': {line.strip()[:60]!r}"
                 ) from None
             entries.append((key, offset))
     if not entries:
-        raise RecordError(f"error: {idx} lists no records")
+        raise RecordError(f"{idx} lists no records")
     return entries
 
 
@@ -82,24 +84,24 @@ def _read_parts(f, rec: Path, key: int, offset: int, size: int, whole: bool) -> 
         head = f.read(PART.size)
         if len(head) < PART.size:
             raise RecordError(
-                f"error: {rec} is truncated: record {key} (byte {offset}) lies past its end ({size} bytes); "
+                f"{rec} is truncated: record {key} (byte {offset}) lies past its end ({size} bytes); "
                 "re-create it with scripts/download_data.sh"
             )
         magic, length_flag = PART.unpack(head)
         cflag, length = length_flag >> 29, length_flag & LENGTH_MASK
         if magic != MAGIC:
             raise RecordError(
-                f"error: {_where(rec, key, offset)}: no record starts there (the .idx does not fit the .rec)"
+                f"{_where(rec, key, offset)}: no record starts there (the .idx does not fit the .rec)"
             )
         end = position + PART.size + length
         if end > size:
             raise RecordError(
-                f"error: {rec} is truncated: record {key} (byte {offset}) ends at byte {end}, past its end "
+                f"{rec} is truncated: record {key} (byte {offset}) ends at byte {end}, past its end "
                 f"({size} bytes); re-create it with scripts/download_data.sh"
             )
         expected = (0, 1) if parts == 0 else (2, 3)
         if cflag not in expected:
-            raise RecordError(f"error: {_where(rec, key, offset)}: broken record (part flag {cflag})")
+            raise RecordError(f"{_where(rec, key, offset)}: broken record (part flag {cflag})")
         if parts and whole:
             data += struct.pack("<I", MAGIC)
         if whole or parts == 0:
@@ -112,12 +114,12 @@ def _read_parts(f, rec: Path, key: int, offset: int, size: int, whole: bool) -> 
 
 def _label_and_image(data: bytes, where: str) -> tuple[float, bytes]:
     if len(data) < IR_HEADER.size:
-        raise RecordError(f"error: {where}: record too short for its header ({len(data)} bytes)")
+        raise RecordError(f"{where}: record too short for its header ({len(data)} bytes)")
     flag, label, _, _ = IR_HEADER.unpack_from(data)
     start = IR_HEADER.size
     if flag > 0:  # a label array: the reader takes its first value
         if len(data) < start + 4 * flag:
-            raise RecordError(f"error: {where}: record too short for its {flag} labels")
+            raise RecordError(f"{where}: record too short for its {flag} labels")
         (label,) = struct.unpack_from("<f", data, start)
         start += 4 * flag
     return label, data[start:]
@@ -140,10 +142,10 @@ def _check_chunk(rec: Path, entries: list[tuple[int, int]], size: int, decode: b
             data, _ = _read_parts(f, rec, key, offset, size, whole=decode)
             label, image = _label_and_image(data, _where(rec, key, offset))
             if label < 0 or label != int(label):
-                raise RecordError(f"error: {_where(rec, key, offset)}: label {label} is not a class id")
+                raise RecordError(f"{_where(rec, key, offset)}: label {label} is not a class id")
             if decode and not _decodes(image):
                 raise RecordError(
-                    f"error: {_where(rec, key, offset)}: the image cannot be decoded ({len(image)} bytes, "
+                    f"{_where(rec, key, offset)}: the image cannot be decoded ({len(image)} bytes, "
                     f"starting {image[:4].hex()}); re-create the file from good images"
                 )
             if label > label_max:
@@ -167,12 +169,12 @@ def record_paths(data_dir: str | os.PathLike, split: str) -> tuple[Path, Path]:
     """``<data_dir>/<split>.rec`` and its ``.idx``; a one-line error when either is missing."""
     root = Path(data_dir)
     if not root.is_dir():
-        raise SystemExit(f"error: data dir {root} does not exist")
+        raise UserError(f"data dir {root} does not exist")
     rec, idx = root / f"{split}.rec", root / f"{split}.idx"
     for path in (rec, idx):
         if not path.is_file():
-            raise SystemExit(
-                f"error: data dir {root} has no {path.name} (make it with scripts/download_data.sh --image-folder DIR)"
+            raise UserError(
+                f"data dir {root} has no {path.name} (make it with scripts/download_data.sh --image-folder DIR)"
             )
     return rec, idx
 
@@ -216,7 +218,7 @@ def check_labels(data_dir, found: dict[str, SplitCheck]) -> None:
     for split, check in found.items():
         if classes is not None and check.label_max >= len(classes):
             raise RecordError(
-                f"error: {Path(data_dir) / f'{split}.rec'} record {check.label_max_key} has label "
+                f"{Path(data_dir) / f'{split}.rec'} record {check.label_max_key} has label "
                 f"{check.label_max}, but {Path(data_dir) / 'classes.txt'} lists {len(classes)} classes"
             )
 
@@ -235,7 +237,7 @@ def require_classes(data_dir, found: dict[str, SplitCheck], num_classes: int, wh
     count, source = class_count(data_dir, found)
     has_classes_txt = read_classes(data_dir) is not None
     if num_classes < count or (has_classes_txt and num_classes != count):
-        raise SystemExit(f"error: {what} has {num_classes} classes, but {source}: {fix.format(count=count)}")
+        raise UserError(f"{what} has {num_classes} classes, but {source}: {fix.format(count=count)}")
 
 
 def verify_dataset(data_dir, *, threads: int = 1) -> dict[str, SplitCheck]:
@@ -244,10 +246,10 @@ def verify_dataset(data_dir, *, threads: int = 1) -> dict[str, SplitCheck]:
 
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise SystemExit(f"error: data dir {data_dir} does not exist")
+        raise UserError(f"data dir {data_dir} does not exist")
     splits = [s for s in SPLITS if (data_dir / f"{s}.rec").is_file()]
     if not splits:
-        raise SystemExit(f"error: {data_dir} holds no train.rec or val.rec to verify")
+        raise UserError(f"{data_dir} holds no train.rec or val.rec to verify")
     manifest = DataManifest.read(data_dir)
     found = {}
     for split in splits:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
 INPUT_NAME, OUTPUT_NAME = "images", "logits"
 
@@ -90,7 +91,7 @@ def main(argv=None):
     try:
         write_repository(spec)
     except (ValueError, FileNotFoundError) as e:
-        raise SystemExit(str(e)) from None
+        raise UserError(str(e)) from None
 
 
 if __name__ == "__main__":

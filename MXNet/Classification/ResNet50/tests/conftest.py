@@ -34,6 +34,7 @@ def trained(tmp_path_factory, digits_rec) -> Path:
         "--data-dir", digits_rec,
         "--epochs", 2,
         "--steps-per-epoch", 22,
+        "--log-every", 22,  # one train reading an epoch
         "--results-dir", results,
     )  # fmt: skip
     return results

@@ -16,6 +16,14 @@ os.environ.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
 RECIPE = MODEL_DIR / "configs" / "resnet50_digits_cpu.yaml"
 
 
+def cpu_runs_bf16() -> bool:
+    """Whether oneDNN can run bf16 convolutions here: it needs AVX-512 (avx512bw and up)."""
+    try:
+        return "avx512bw" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
 def run_module(
     module: str, *args, env: dict | None = None, timeout: int = 600
 ) -> subprocess.CompletedProcess:
@@ -33,5 +41,16 @@ def run_module(
 
 
 def epoch_metrics(results_dir: Path) -> list[dict]:
-    lines = (Path(results_dir) / "metrics.jsonl").read_text().splitlines()
-    return [r["metrics"] for r in map(json.loads, lines) if r.get("phase") == "epoch"]
+    """Per train reading (one an epoch where --log-every is the epoch's steps), with the evaluation of the
+    same step merged in: loss and train top-1, then top1/top5 (%) and samples where the epoch was evaluated."""
+    by_step: dict[int, dict] = {}
+    for record in map(json.loads, (Path(results_dir) / "metrics.jsonl").read_text().splitlines()):
+        by_step.setdefault(record["step"], {}).update(record["metrics"])
+    return [by_step[step] for step in sorted(by_step)]
+
+
+def training_state(results_dir: Path) -> dict:
+    """state.json of the run's newest checkpoint (zoo.mx.save_training_checkpoint)."""
+    from zoo.checkpoint_folder import read_state
+
+    return read_state(results_dir, name="resnet50_mx", what="an MXNet ResNet-50 training checkpoint")

@@ -15,6 +15,7 @@ import pytest
 from mx_resnet_testing import MODEL_DIR, RECIPE
 from resnet50_mx import records
 from resnet50_mx.prepare_data import main as prepare_main
+from zoo.errors import UserError
 
 
 def run_failing(module: str, *args) -> str:
@@ -115,10 +116,10 @@ def test_index_that_does_not_fit_the_rec(tmp_path, digits_rec):
     key, offset = lines[3].split("\t")
     lines[3] = f"{key}\t{int(offset) + 2}"
     (data / "train.idx").write_text("\n".join(lines) + "\n")
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         records.check_dataset(data, ["train"])
     assert str(e.value) == (
-        f"error: {data / 'train.rec'} record {key} (byte {int(offset) + 2}): no record starts there "
+        f"{data / 'train.rec'} record {key} (byte {int(offset) + 2}): no record starts there "
         "(the .idx does not fit the .rec)"
     )
 
@@ -135,7 +136,7 @@ def test_num_classes_is_checked_against_the_data(tmp_path, digits_rec):
     (data / "classes.txt").unlink()
     found = records.check_dataset(data, ["train", "val"])
     assert records.class_count(data, found)[0] == 10
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         records.require_classes(data, found, 5, "the recipe", "pass --num-classes {count}")
     assert "has labels up to 9: pass --num-classes 10" in str(e.value)
     records.require_classes(data, found, 12, "the recipe", "")  # more outputs than labels is allowed
@@ -158,7 +159,7 @@ def test_checkpoint_of_other_classes_is_refused_by_evaluate(tmp_path, digits_rec
 def test_labels_beyond_classes_txt(tmp_path, digits_rec):
     data = copy_data(digits_rec, tmp_path / "data")
     (data / "classes.txt").write_text("0\n1\n2\n3\n4\n")  # 5 of the 10 class folders
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         records.check_dataset(data, ["val"])
     assert f"has label 9, but {data / 'classes.txt'} lists 5 classes" in str(e.value)
 
@@ -206,28 +207,33 @@ def test_large_training_split_without_manifest_is_not_decoded(tmp_path, digits_r
 @pytest.mark.parametrize(
     "resume, expect",
     [
-        ("foreign.pt", "is not an MXNet ResNet-50 training checkpoint (--resume takes a results folder"),
-        ("state.json", "is not an MXNet ResNet-50 training checkpoint (no 'params')"),
+        (
+            "foreign.pt",
+            "is not an MXNet ResNet-50 training checkpoint (no checkpoint/latest.json or state.json)",
+        ),
+        ("state.json", "is not an MXNet ResNet-50 training checkpoint (no name, recipe in"),
     ],
 )
 def test_resume_from_another_models_checkpoint(tmp_path, digits_rec, resume, expect):
     (tmp_path / "foreign.pt").write_bytes(b"PK\x03\x04\x80\x02}q\x00(X\x05\x00\x00\x00model" + bytes(200))
     (tmp_path / "state.json").write_text('{"epoch": 3, "step": 30}')
     line = run_failing("train", *train_args(digits_rec, tmp_path / "results", "--resume", tmp_path / resume))
-    assert line.startswith(f"error: {tmp_path / resume} {expect}")
+    assert line.startswith(f"error: --resume {tmp_path / resume} {expect}")
     assert not (tmp_path / "results").exists()
 
 
 def test_resume_with_other_class_count(trained):
-    from resnet50_mx.train import check_resume_fits, read_checkpoint_state
+    from resnet50_mx.checkpoint import CHECKPOINT_KIND, WHAT
+    from resnet50_mx.train import check_resume_fits
+    from zoo.mx import load_training_checkpoint
 
-    folder, state = read_checkpoint_state(trained)
-    with pytest.raises(SystemExit) as e:
-        check_resume_fits(folder, state, num_classes=12, layout="NCHW")
-    assert str(e.value).startswith(f"error: cannot resume from {folder}: it has num_classes 10, this run 12")
-    check_resume_fits(folder, state, num_classes=10, layout="NCHW")
-    with pytest.raises(SystemExit) as e:  # the weights are read too, not only the state's word for it
-        check_resume_fits(folder, {**state, "num_classes": 12}, num_classes=12, layout="NCHW")
+    state = load_training_checkpoint(trained, name=CHECKPOINT_KIND, what=WHAT)
+    with pytest.raises(UserError) as e:
+        check_resume_fits(trained, state, num_classes=12, layout="NCHW")
+    assert str(e.value).startswith(f"cannot resume from {trained}: it has num_classes 10, this run 12")
+    check_resume_fits(trained, state, num_classes=10, layout="NCHW")
+    with pytest.raises(UserError) as e:  # the weights are read too, not only the state's word for it
+        check_resume_fits(trained, {**state, "num_classes": 12}, num_classes=12, layout="NCHW")
     assert str(e.value).endswith("its weights have 10 classes, this run 12")
 
 
@@ -288,11 +294,10 @@ def test_pytorch_checkpoint_given_as_weights(tmp_path):
 
     foreign = tmp_path / "resnet18_checkpoint.pt"
     foreign.write_bytes(b"PK\x03\x04" + bytes(300))  # torch.save writes a zip archive
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         load_for_inference(str(foreign))
     assert (
-        str(e.value)
-        == f"error: {foreign} is not an MXNet parameter file but a zip archive (a PyTorch checkpoint?)"
+        str(e.value) == f"{foreign} is not an MXNet parameter file but a zip archive (a PyTorch checkpoint?)"
     )
 
 

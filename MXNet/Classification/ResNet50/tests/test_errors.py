@@ -1,4 +1,4 @@
-"""Bad input ends in one clear line (SystemExit), and pretrained pulls are verified."""
+"""Bad input ends in one clear line (zoo.errors.UserError; an entry point prints it), and pretrained pulls are verified."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from resnet50_mx.checkpoint import fetch_pretrained, load_for_inference
 from resnet50_mx.data import DataSpec, build_loader
 from resnet50_mx.prepare_data import convert
 from resnet50_mx.train import build_parser, recipe_from_args
+from zoo.errors import UserError
 
 
 def one_line(excinfo) -> str:
@@ -27,20 +28,20 @@ def one_line(excinfo) -> str:
 
 def test_missing_data_dir():
     spec = DataSpec("recordio", "/nonexistent/imagenet", 8, 32, 10)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         build_loader(spec, train=True, epoch=0, seed=0, ctx=mx.cpu())
     assert "/nonexistent/imagenet does not exist" in one_line(e)
 
 
 def test_data_dir_without_recordio(tmp_path):
     spec = DataSpec("recordio", str(tmp_path), 8, 32, 10)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         build_loader(spec, train=True, epoch=0, seed=0, ctx=mx.cpu())
     assert "has no train.rec" in one_line(e)
 
 
 def test_unknown_data_backend():
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         build_loader(DataSpec("lmdb", None, 8, 32, 10), train=True, epoch=0, seed=0, ctx=mx.cpu())
     assert "unknown data backend 'lmdb'" in one_line(e)
 
@@ -52,7 +53,7 @@ def test_corrupt_jpeg_is_named(tmp_path):
         for i in range(count):
             shutil.copy(MODEL_DIR / "tests" / "data" / "tiny.jpg", folder / f"{i}.jpg")
     (tmp_path / "images" / "train" / "cat" / "1.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         convert(tmp_path / "images", tmp_path / "rec", threads=1)
     message = one_line(e)
     assert "could not be decoded" in message and "1.jpg" in message
@@ -60,14 +61,14 @@ def test_corrupt_jpeg_is_named(tmp_path):
 
 
 def test_image_folder_without_train(tmp_path):
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         convert(tmp_path, tmp_path / "rec")
     assert "has no train/ folder" in one_line(e)
 
 
 def test_unknown_recipe_key():
     args = build_parser().parse_args(["--recipe", str(RECIPE), "--set", "optimizer.lr_per_265=0.1"])
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         recipe_from_args(args)
     assert "lr_per_265" in one_line(e)
 
@@ -99,51 +100,52 @@ def test_old_spellings_name_the_new_one(module, argv, message):
 
 def test_target_top1_is_a_percentage():
     args = build_parser().parse_args(["--recipe", str(RECIPE), "--target-top1", "0.759"])
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         recipe_from_args(args)
     assert "--target-top1 is a percentage" in one_line(e) and "75.9" in str(e.value)
     args = build_parser().parse_args(["--recipe", str(RECIPE), "--target-top1", "75.9"])
-    assert recipe_from_args(args)["target_top1"] == 75.9
+    assert recipe_from_args(args)["run"]["target"]["value"] == 75.9
 
 
 def test_set_is_repeatable():
-    argv = ["--recipe", str(RECIPE), "--set", "optimizer.momentum=0.8", "--set", "schedule.epochs=3"]
+    argv = ["--recipe", str(RECIPE), "--set", "optimizer.momentum=0.8", "--set", "run.epochs=3"]
     recipe = recipe_from_args(build_parser().parse_args(argv))
-    assert recipe["optimizer"]["momentum"] == 0.8 and recipe["schedule"]["epochs"] == 3
+    assert recipe["optimizer"]["momentum"] == 0.8 and recipe["run"]["epochs"] == 3
 
 
 def test_recipe_amp_none_is_refused(tmp_path):
-    from resnet50_mx.train import run
-
-    argv = ["--recipe", str(RECIPE), "--set", "amp=none", "--results-dir", str(tmp_path)]
+    argv = ["--recipe", str(RECIPE), "--set", "run.precision=none", "--results-dir", str(tmp_path)]
     args = build_parser().parse_args(argv)
-    with pytest.raises(SystemExit) as e:
-        run(recipe_from_args(args), args)
-    assert "got 'none' (no AMP is now fp32)" in one_line(e)
+    with pytest.raises(UserError) as e:
+        recipe_from_args(args)
+    assert "run.precision must be one of bf16, fp16, fp32, not 'none'" in one_line(e)
 
 
 def test_existing_checkpoint_needs_an_explicit_resume(tmp_path):
-    latest = tmp_path / "checkpoints" / "latest.json"
+    from resnet50_mx.train import resume_from
+
+    latest = tmp_path / "checkpoint" / "latest.json"
     latest.parent.mkdir()
     latest.write_text("{}")
 
     def resume_of(*extra):
         argv = ["--recipe", str(RECIPE), "--results-dir", str(tmp_path), *extra]
-        return recipe_from_args(build_parser().parse_args(argv))["resume"]
+        found = resume_from(build_parser().parse_args(argv))
+        return None if found is None else str(found)
 
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         resume_of()
     assert "pass --resume auto to continue it, --resume none to start over" in one_line(e)
     assert resume_of("--resume", "auto") == str(latest)
     assert resume_of("--resume", "none") is None
     assert resume_of("--resume", str(latest)) == str(latest)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         resume_of("--resume", str(tmp_path / "missing.json"))
     assert "no such checkpoint" in one_line(e)
 
 
 def test_wrong_class_count_in_checkpoint(trained):
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         load_for_inference(str(trained), num_classes=1000)
     assert "has 10 classes, but 1000 were asked for" in one_line(e)
 
@@ -151,20 +153,20 @@ def test_wrong_class_count_in_checkpoint(trained):
 def test_corrupt_params_file(tmp_path):
     bad = tmp_path / "broken.params"
     bad.write_bytes(b"\x00" * 100)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         load_for_inference(str(bad))
     assert "is not an MXNet parameter file" in one_line(e)
 
 
 def test_unknown_checkpoint_name():
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         load_for_inference("resnet50_nonexistent")
     assert "unknown checkpoint 'resnet50_nonexistent'" in one_line(e)
     assert "resnet50_v1b_gluoncv" in str(e.value)
 
 
 def test_fp16_amp_on_cpu_is_refused(tmp_path, digits_rec):
-    from resnet50_mx.train import run
+    from resnet50_mx.train import run_training
 
     args = build_parser().parse_args(
         [
@@ -178,8 +180,8 @@ def test_fp16_amp_on_cpu_is_refused(tmp_path, digits_rec):
             str(tmp_path),
         ]
     )
-    with pytest.raises(SystemExit) as e:
-        run(recipe_from_args(args), args)
+    with pytest.raises(UserError) as e:
+        run_training(recipe_from_args(args), args)
     assert "needs a GPU" in one_line(e)
 
 
@@ -237,7 +239,7 @@ def test_pretrained_with_wrong_sha1_is_refused(tmp_path, http_root, trained):
     root, base = http_root
     zip_name = _gluoncv_style_zip(trained / "final.params", root, "resnet50_v1b", hash_prefix="deadbeef")
     cache = tmp_path / "cache"
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         fetch_pretrained("digits_v1b", cache, _registry(tmp_path, f"{base}/{zip_name}"))
     assert "does not match the SHA-1 deadbeef" in one_line(e)
     assert not [p for p in cache.rglob("*") if p.is_file()]  # neither the .params nor the zip is kept
@@ -249,7 +251,7 @@ def test_pretrained_bad_zip_is_not_cached(tmp_path, http_root):
     (root / "cut-0ecdba34.zip").write_bytes(b"PK\x03\x04" + b"\0" * 64)  # a zip's first bytes, then nothing
     cache = tmp_path / "cache"
     for name, message in (("html", "not a zip archive but an HTML page"), ("cut", "is not a zip archive")):
-        with pytest.raises(SystemExit) as e:
+        with pytest.raises(UserError) as e:
             fetch_pretrained("digits_v1b", cache, _registry(tmp_path, f"{base}/{name}-0ecdba34.zip"))
         assert message in one_line(e) and "\n" not in str(e.value)
         assert not [p for p in cache.rglob("*") if p.is_file()]
@@ -286,7 +288,7 @@ def test_registry_preprocessing_reaches_evaluation(
 
 def test_pretrained_missing_on_server(tmp_path, http_root):
     _, base = http_root
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         fetch_pretrained("digits_v1b", tmp_path / "cache", _registry(tmp_path, f"{base}/nothing.zip"))
     assert "404" in one_line(e) or "not found" in str(e.value).lower()
 
@@ -299,13 +301,13 @@ def test_dali_backend_without_dali(digits_rec):
     except ImportError:
         pass
     spec = DataSpec("dali-gpu", str(digits_rec), 8, 32, 10)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         build_loader(spec, train=True, epoch=0, seed=0, ctx=mx.cpu())
     assert "needs NVIDIA DALI's MXNet plugin" in one_line(e)
 
 
 def test_horovod_flag_without_horovod():
-    from resnet50_mx.train import Processes
+    from resnet50_mx.processes import Processes
 
     try:
         import horovod.mxnet  # noqa: F401
@@ -313,6 +315,6 @@ def test_horovod_flag_without_horovod():
         pytest.skip("Horovod is installed here")
     except ImportError:
         pass
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         Processes("device", 1, horovod=True)
     assert "--horovod needs horovod" in one_line(e)

@@ -9,7 +9,7 @@ import sys
 import mxnet as mx
 import numpy as np
 import pytest
-from mx_resnet_testing import MODEL_DIR, RECIPE, epoch_metrics, run_module
+from mx_resnet_testing import MODEL_DIR, RECIPE, cpu_runs_bf16, epoch_metrics, run_module, training_state
 from resnet50_mx.launch import launch
 
 
@@ -21,8 +21,8 @@ def test_loss_falls_and_accuracy_beats_chance(trained):
     epochs = epoch_metrics(trained)
     assert len(epochs) == 2
     assert epochs[1]["loss"] < epochs[0]["loss"], epochs
-    assert epochs[1]["top1"] > 0.25, epochs  # 10 classes: chance is 0.10
-    state = json.loads((trained / "checkpoints" / "latest.json").read_text())
+    assert epochs[1]["top1"] > 25, epochs  # 10 classes: chance is 10%
+    state = training_state(trained)
     assert state["epoch"] == 2 and state["step"] == 44
     assert state["classes"] == [str(d) for d in range(10)]
 
@@ -44,11 +44,12 @@ def _short_run(results, data, *extra):
 def test_resume_equals_unbroken_run(tmp_path, digits_rec):
     _short_run(tmp_path / "unbroken", digits_rec)
     _short_run(tmp_path / "resumed", digits_rec, "--stop-after", 1)
-    assert not (tmp_path / "resumed" / "checkpoints" / "epoch_001.params").exists()
-    stale = tmp_path / "resumed" / "checkpoints" / ".epoch_001.params.k2x9q1.tmp"
-    stale.write_bytes(b"half of a checkpoint written when the job was killed")
+    assert not (tmp_path / "resumed" / "checkpoint" / "step-6").exists()
+    stale = tmp_path / "resumed" / "checkpoint" / ".step-6.k2x9q1.tmp"
+    stale.mkdir()
+    (stale / "model.params").write_bytes(b"half of a checkpoint written when the job was killed")
     _short_run(tmp_path / "resumed", digits_rec, "--resume", "auto")
-    assert not stale.exists()  # removed at start
+    assert not stale.exists()  # removed by the next save
     a = mx.nd.load(str(tmp_path / "unbroken" / "final.params"))
     b = mx.nd.load(str(tmp_path / "resumed" / "final.params"))
     assert sorted(a) == sorted(b)
@@ -65,7 +66,7 @@ def test_resume_equals_unbroken_run(tmp_path, digits_rec):
     ]
 
 
-MLPERF_LOGS_OF_RESUMED_RUN = ("mlperf.log", "mlperf.resumed_after_epoch_001.log")
+MLPERF_LOGS_OF_RESUMED_RUN = ("mlperf.log", "mlperf_resume1.log")
 
 
 def mlperf_events(path) -> list[dict]:
@@ -97,7 +98,7 @@ def test_mlperf_log_passes_the_compliance_checker(trained, tmp_path):
     assert (values["global_batch_size"], values["train_samples"], values["eval_samples"]) == (32, 1438, 359)
     assert values["opt_name"] == "sgd" and values["sgd_opt_base_learning_rate"] == 0.2 * 32 / 256
     accuracy = [e for e in events if e["key"] == "eval_accuracy"]
-    assert [e["value"] for e in accuracy] == [m["top1"] for m in epoch_metrics(trained)]  # fractions
+    assert [e["value"] for e in accuracy] == pytest.approx([m["top1"] / 100 for m in epoch_metrics(trained)])
     assert [e["metadata"]["epoch_num"] for e in accuracy] == [1, 2]
     status = events[-1]["metadata"]["status"]
     assert status == ("success" if max(e["value"] for e in accuracy) >= 0.759 else "aborted")
@@ -114,7 +115,7 @@ def test_tensorboard_scalars_of_the_run(trained):
     assert list((trained / "tensorboard").glob("events.out.tfevents.*"))
     events = EventAccumulator(str(trained / "tensorboard"))
     events.Reload()
-    top1 = [(s.step, s.value) for s in events.Scalars("epoch/top1")]
+    top1 = [(s.step, s.value) for s in events.Scalars("eval/top1")]
     expected = [
         (22 * (i + 1), pytest.approx(m["top1"], rel=1e-6)) for i, m in enumerate(epoch_metrics(trained))
     ]
@@ -134,7 +135,7 @@ def test_target_top1_ends_the_run_with_success(tmp_path, digits_rec):
         "--target-top1", 2,  # percent: ten balanced classes give any network about 10%
         "--results-dir", tmp_path,
     )  # fmt: skip
-    assert len(epoch_metrics(tmp_path)) == 1 and 100 * epoch_metrics(tmp_path)[0]["top1"] >= 2
+    assert len(epoch_metrics(tmp_path)) == 1 and epoch_metrics(tmp_path)[0]["top1"] >= 2
     events = mlperf_events(tmp_path / "mlperf.log")
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
     check_log(tmp_path / "mlperf.log", "resnet")
@@ -159,16 +160,22 @@ def test_two_dist_sync_workers_end_with_identical_weights(tmp_path, digits_rec, 
     assert differ == {}, f"workers' weights differ: {dict(sorted(differ.items())[:5])}"
     # each worker read its own shard, so their BatchNorm statistics differ: the weights agree by the kvstore
     assert any(not np.array_equal(w0[k].asnumpy(), w1[k].asnumpy()) for k in w0 if "running" in k)
-    state = json.loads((results / "checkpoints" / "latest.json").read_text())
-    assert state["step"] == 3
+    assert training_state(results)["step"] == 3
 
 
+NEEDS_BF16_CPU = pytest.mark.skipif(
+    not cpu_runs_bf16(),
+    reason="bf16 AMP on the CPU needs AVX-512 for oneDNN's bf16 kernels; this CPU has none",
+)
+
+
+@NEEDS_BF16_CPU
 def test_bf16_amp_trains_on_cpu(tmp_path, digits_rec):
     _short_run(tmp_path, digits_rec, "--amp", "bf16", "--stop-after", 1)
     metrics = epoch_metrics(tmp_path)[-1]
     assert math.isfinite(metrics["loss"]) and metrics["loss"] < 10
-    state = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
-    assert state["amp"] == "bf16"
+    state = training_state(tmp_path)
+    assert state["recipe"]["run"]["precision"] == "bf16"
     assert state["loss_scaler"]["_unskipped"] == 3  # the AMP trainer hook ran every step
 
 
@@ -201,7 +208,8 @@ def test_amp_casts_convolutions_to_bf16():
 def test_one_process_two_devices_through_kvstore_device():
     """The multi-GPU path (batch split over devices, kvstore 'device' reduce) on two CPU contexts."""
     from resnet50_mx.model import build_model
-    from resnet50_mx.train import Processes, build_trainer, train_step
+    from resnet50_mx.processes import Processes
+    from resnet50_mx.step import TrainStep, build_trainer
 
     ctx = [mx.cpu(0), mx.cpu(1)]
     procs = Processes("device", len(ctx), horovod=False)
@@ -214,10 +222,9 @@ def test_one_process_two_devices_through_kvstore_device():
     before = net.fc.weight.data(ctx[0]).asnumpy().copy()
     data = mx.nd.random.uniform(shape=(8, 3, 32, 32))
     label = mx.nd.array([0, 1, 2, 3, 4, 5, 6, 7])
+    step = TrainStep(net, trainer, ctx, num_classes=10, smoothing=0.1, amp="fp32", step_batch=8)
     for _ in range(2):
-        loss, hits = train_step(
-            net, trainer, data, label, ctx, num_classes=10, smoothing=0.1, amp="fp32", step_batch=8
-        )
+        loss, hits = step(data, label)
     assert math.isfinite(float(loss.asscalar())) and 0 <= float(hits.asscalar()) <= 8
     for name, param in net.collect_params().items():
         if param.grad_req != "null":
@@ -226,6 +233,7 @@ def test_one_process_two_devices_through_kvstore_device():
     assert not np.array_equal(net.fc.weight.data(ctx[0]).asnumpy(), before)
 
 
+@NEEDS_BF16_CPU
 def test_evaluation_shows_progress_and_runs_in_bf16(trained, digits_rec):
     proc = run_module(
         "evaluate", "--checkpoint", trained, "--data-dir", digits_rec, "--batch-size", 32, "--amp", "bf16"
@@ -233,6 +241,6 @@ def test_evaluation_shows_progress_and_runs_in_bf16(trained, digits_rec):
     assert "evaluate  [####################] 12/12" in proc.stderr  # 359 images in batches of 32
     assert "items/s" in proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    state = json.loads((trained / "checkpoints" / "latest.json").read_text())
-    assert result["images"] == 359
-    assert abs(result["top1"] - state["metrics"]["top1"]) < 0.05  # bf16 logits: a few images may flip
+    state = training_state(trained)
+    assert result["samples"] == 359
+    assert abs(result["top1"] - state["metrics"]["top1"]) < 5  # bf16 logits: a few images may flip

@@ -1,0 +1,67 @@
+"""The devices and processes a run uses: GPUs of this process, and the kvstore (or Horovod) that joins
+devices and processes.
+
+  * one process, several GPUs: ``--gpus 0,1,2,3`` with kvstore ``device`` (or ``nccl``);
+  * several processes / nodes: MXNet's parameter-server launcher. Every process runs train.py;
+    ``DMLC_ROLE`` (scheduler | server | worker), ``DMLC_PS_ROOT_URI``/``DMLC_PS_ROOT_PORT``,
+    ``DMLC_NUM_WORKER`` and ``DMLC_NUM_SERVER`` come from the environment (``mxnet/tools/launch.py``,
+    ``resnet50_mx.launch`` or a cluster scheduler sets them). Scheduler and server processes serve inside
+    ``import mxnet`` and never reach the training loop; workers use kvstore ``dist_sync``;
+  * ``--horovod``: Horovod's MXNet binding where it is installed (one process per GPU).
+"""
+
+from __future__ import annotations
+
+import os
+
+import mxnet as mx
+from zoo.errors import UserError, one_line
+
+
+def parse_gpus(value: str | None) -> list[int]:
+    """``"0,1"`` -> [0, 1]; ``"4"`` alone means the first four; empty/None means the CPU."""
+    if value in (None, "", "cpu"):
+        return []
+    try:
+        items = [int(v) for v in str(value).split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"--gpus must be a count or a comma list of GPU ids, got {value!r}") from None
+    gpus = list(range(items[0])) if len(items) == 1 and "," not in str(value) else items
+    available = mx.context.num_gpus()
+    if gpus and max(gpus) >= available:
+        raise UserError(f"--gpus {value} asks for GPU {max(gpus)} but this machine has {available} GPU(s)")
+    return gpus
+
+
+class Processes:
+    """This process's place in the job and the kvstore that joins the processes / devices."""
+
+    def __init__(self, kvstore: str, num_devices: int, horovod: bool):
+        self.hvd = None
+        self.kv = None
+        role = os.environ.get("DMLC_ROLE")
+        if horovod:
+            try:
+                import horovod.mxnet as hvd
+            except ImportError as e:
+                raise UserError(f"--horovod needs horovod built with MXNet support: {one_line(e)}") from None
+            hvd.init()
+            self.hvd, self.rank, self.world, self.local_rank = hvd, hvd.rank(), hvd.size(), hvd.local_rank()
+            return
+        if role == "worker":
+            kvstore = kvstore if kvstore.startswith("dist") else "dist_sync"
+        elif kvstore.startswith("dist"):
+            raise UserError(f"kvstore {kvstore} needs the DMLC_* environment of MXNet's launcher")
+        if kvstore.startswith("dist") or num_devices > 1:
+            self.kv = mx.kv.create(kvstore)
+        self.rank = self.kv.rank if self.kv else 0
+        self.world = self.kv.num_workers if self.kv else 1
+        self.local_rank = 0
+
+    @property
+    def primary(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self):
+        if self.kv is not None and self.world > 1:
+            self.kv._barrier()
