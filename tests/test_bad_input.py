@@ -439,8 +439,8 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *MX_R50_TRAIN[2:], "--synthetic"],
-                ("unknown recipe key 'schedule.epoch'", "did you mean 'schedule.epochs'"),
-                {"recipe": f"base: {MX_R50_TINY}\nschedule:\n  epoch: 2\n"},
+                ("unknown recipe key 'run.epoch'", "did you mean 'run.epochs'"),
+                {"recipe": f"base: {MX_R50_TINY}\nrun:\n  epoch: 2\n"},
             ),
             (
                 "set-key",
@@ -467,12 +467,12 @@ ROWS: list[Row] = [
             (
                 "batch-size-0",
                 [*MX_R50_TRAIN, "--synthetic", "--batch-size", "0"],
-                "batch_size must be a positive integer",
+                "run.batch_per_gpu must be a positive integer",
             ),
             (
                 "batch-size-neg",
                 [*MX_R50_TRAIN, "--synthetic", "--batch-size", "-3"],
-                "batch_size must be a positive integer",
+                "run.batch_per_gpu must be a positive integer",
             ),
             (
                 "epochs-0",
@@ -494,7 +494,7 @@ ROWS: list[Row] = [
                 "checkpoint-without-resume",
                 [*MX_R50_TRAIN, "--synthetic"],
                 "--resume auto",
-                {"files": {"results/checkpoints/latest.json": '{"epoch": 3}'}},
+                {"files": {"results/checkpoint/latest.json": '{"folder": "step-3"}'}},
             ),
         ],
     ),  # fmt: skip
