@@ -18,7 +18,6 @@ NOT_YET_MOVED: set[str] = {
     "PyTorch/Detection/SSD",
     "PyTorch/Segmentation/MaskRCNN",
     "TensorFlow/LanguageModeling/BERT",
-    "MXNet/Classification/ResNet50",
 }
 # The longest a loop function of engine.py may be: about a screen.
 SCREEN_LINES = 80
