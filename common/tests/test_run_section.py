@@ -87,3 +87,16 @@ def test_shared_flags_set_the_run_section(recipe_file):
     run = run_config(recipe)
     assert (run.precision, run.batch_per_gpu, run.target.value) == ("fp16", 64, 76.0)
     assert recipe["model"]["width"] == 8
+
+
+def test_giving_one_length_clears_the_other(recipe_file):
+    parser = argparse.ArgumentParser()
+    zoo.cli.add_run_args(parser, default_recipe=recipe_file)
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--epochs", type=int)
+    run = run_config(zoo.cli.recipe_from_args(parser.parse_args(["--steps", "200"])))
+    assert (run.epochs, run.steps) == (None, 200)
+    run = run_config(zoo.cli.recipe_from_args(parser.parse_args(["--set", "run.steps=50"])))
+    assert (run.epochs, run.steps) == (None, 50)
+    with pytest.raises(UserError, match="set exactly one of run.epochs and run.steps"):
+        zoo.cli.recipe_from_args(parser.parse_args(["--set", "run.steps=50", "--set", "run.epochs=2"]))

@@ -142,7 +142,16 @@ def recipe_from_args(args, flag_to_key: dict | None = None) -> dict:
         for name, value in vars(args).items():
             if name.startswith("target_") and value is not None:
                 overrides["run.target.value"] = value
+        _one_length(overrides)
     return load_recipe(args.recipe, overrides, known_keys_from=getattr(args, "recipe_keys_from", None))
+
+
+def _one_length(overrides: dict) -> None:
+    """A run is as long as run.epochs or run.steps: giving one of them (a flag or --set) without the other
+    sets the other to null, so ``--steps 200`` works on a recipe counted in epochs and the reverse."""
+    for given, other in (("run.epochs", "run.steps"), ("run.steps", "run.epochs")):
+        if overrides.get(given) not in (None, "null", "") and other not in overrides:
+            overrides[other] = None
 
 
 def _has_run_section(path) -> bool:
