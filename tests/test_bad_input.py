@@ -239,7 +239,7 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *SSD_TRAIN[2:], "--synthetic"],
-                ("unknown recipe key 'epoch'", "did you mean 'epochs'"),
+                ("unknown recipe key 'epoch'", "did you mean 'run.epochs'"),
                 {"recipe": f"base: {SSD_TINY}\nepoch: 2\n"},
             ),
             (
@@ -249,18 +249,18 @@ ROWS: list[Row] = [
             ),
             (
                 "second-set-kept",
-                [*SSD_TRAIN, "--synthetic", "--set", "batch_size=0", "--set", "epochs=1"],
-                "batch_size must be a positive integer",
+                [*SSD_TRAIN, "--synthetic", "--set", "run.batch_per_gpu=0", "--set", "run.epochs=1"],
+                "batch_per_gpu must be a positive integer",
             ),
             (
                 "batch-size-0",
                 [*SSD_TRAIN, "--synthetic", "--batch-size", "0"],
-                "batch_size must be a positive integer",
+                "batch_per_gpu must be a positive integer",
             ),
             (
                 "batch-size-neg",
                 [*SSD_TRAIN, "--synthetic", "--batch-size", "-3"],
-                "batch_size must be a positive integer",
+                "batch_per_gpu must be a positive integer",
             ),
             ("epochs-0", [*SSD_TRAIN, "--synthetic", "--epochs", "0"], "epochs must be a positive integer"),
             ("amp-none", [*SSD_TRAIN, "--synthetic", "--amp", "none"], "use --amp fp32"),
@@ -271,7 +271,11 @@ ROWS: list[Row] = [
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
             ("missing-data", [*SSD_TRAIN, "--data-dir", "{missing}"], "no_such_path"),
-            ("steps-0", [*SSD_TRAIN, "--synthetic", "--steps", "0"], "--steps must be a positive integer"),
+            (
+                "steps-per-epoch-0",
+                [*SSD_TRAIN, "--synthetic", "--steps-per-epoch", "0"],
+                "--steps-per-epoch must be a positive integer",
+            ),
             (
                 "resume-text",
                 [*SSD_TRAIN, "--synthetic", "--resume", "{text}"],

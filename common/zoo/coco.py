@@ -6,12 +6,14 @@ COCO's data (zoo.data.coco), so that each model keeps only what differs:
   process while training goes on (AsyncScorer), and a run's evaluations (Evaluation: which epochs are
   scored, the scores logged to metrics.jsonl and MLPerf, the targets checked);
 - a detector's train.py: its flags beside zoo.cli's (add_training_args, parse_training_args), the
-  recipe with its run: section checked for a run counted in epochs (training_recipe), the COCO
+  recipe with its run: section checked for a run counted in epochs (training_recipe), the global
+  batch and the learning rate scaled to it (global_batch, learning_rate), the COCO
   folders (data_root, split_paths), backbone weights (load_backbone), the MLPerf log's start
   (open_mlperf_log) and a training checkpoint loaded back into its parts (restore_training_state);
 - the generated shapes set (make_shapes_coco, shapes_main), the download command (download_main),
-  drawing colours and image reading (PALETTE, read_image), a Triton repository replaced whole
-  (add_repository_args, replace_repository) and a benchmark's report (report_benchmark).
+  drawing colours and image reading (PALETTE, read_image), evaluate.py's flags, split and scores
+  (add_evaluate_args, evaluation_split, detect_and_score, write_json), a Triton repository replaced
+  whole (add_repository_args, replace_repository) and a benchmark's report (report_benchmark).
 """
 
 from __future__ import annotations
@@ -306,6 +308,20 @@ def training_recipe(args, flag_to_key: dict) -> tuple[dict, object]:
                 f"run.{key}: this model evaluates and saves at epoch ends, give 'N epochs' ({args.recipe})"
             )
     return recipe, run
+
+
+def global_batch(recipe: dict, world_size: int) -> int:
+    """Images of one optimizer step over every process: batch per GPU x accumulation x processes."""
+    from zoo.recipe import run_config
+
+    run = run_config(recipe)
+    return run.batch_per_gpu * run.accumulation * world_size
+
+
+def learning_rate(recipe: dict, world_size: int) -> float:
+    """``optimizer.base_lr`` scaled linearly by the global batch over ``optimizer.base_batch``."""
+    optimizer = recipe["optimizer"]
+    return optimizer["base_lr"] * global_batch(recipe, world_size) / optimizer["base_batch"]
 
 
 def data_root(data_dir, *, synthetic: bool = False):
@@ -641,3 +657,77 @@ def report_benchmark(path, results: list[dict], device) -> None:
     name = torch.cuda.get_device_name() if on_gpu else platform.processor()
     write_report(path, results, device=name or "cpu", torch=torch.__version__)
     print(f"wrote {path}", file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------------------ evaluate.py
+def add_evaluate_args(parser, *, train_module: str, batch_size: int, amp_help: str) -> None:
+    """The flags of a detector's evaluate.py: the checkpoint, the COCO split, batches, precision, device."""
+    import os
+
+    import torch
+
+    from zoo.cli import AMP_CHOICES
+
+    parser.add_argument("--checkpoint", required=True, help=f"checkpoint.pt or model.pt from {train_module}")
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("DATA_DIR"),
+        help="COCO root with <split>/ and annotations/instances_<split>.json ($DATA_DIR)",
+    )
+    parser.add_argument("--split", default="val2017")
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--amp", choices=AMP_CHOICES, default="fp32", help=amp_help)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+
+
+def evaluation_split(args):
+    """(image folder, annotation file) of ``--split`` under ``--data-dir``; a UserError where a flag is
+    out of range or a folder or file is missing."""
+    from pathlib import Path
+
+    from zoo.errors import UserError
+
+    if not args.data_dir:
+        raise UserError("give --data-dir (or set DATA_DIR): the COCO root to score on")
+    if args.batch_size < 1 or args.workers < 0:
+        raise UserError(
+            f"--batch-size must be a positive integer and --workers >= 0, not {args.batch_size}, {args.workers}"
+        )
+    root = Path(args.data_dir)
+    if not root.exists():
+        raise UserError(f"{root} does not exist (scripts/download_data.sh prepares COCO)")
+    return split_paths(root, args.split, check=True)
+
+
+def detect_and_score(detect, loader, annotation_file, score, split: str):
+    """``detect(progress)``'s COCO results on every image of ``loader`` (a progress line: batches done,
+    images/s), scored by ``score(annotation_file, results)``. Prints the images/s and the scores as one
+    JSON line; returns (results, scores)."""
+    import json
+    import time
+
+    from zoo.log import MetricsLogger
+
+    started = time.time()
+    with MetricsLogger(total_steps=len(loader), desc=f"detect {split}") as progress:
+        results = detect(progress)
+    seconds = time.time() - started
+    scores = score(str(annotation_file), results)
+    images = len(loader.dataset)
+    print(
+        f"{images} images in {seconds:.1f}s ({images / seconds:.1f} img/s), {len(results)} detections",
+        file=sys.stderr,
+    )
+    print(json.dumps(scores))
+    return results, scores
+
+
+def write_json(path, value) -> None:
+    """``value`` as JSON at ``path``, written to a temporary file and renamed into place."""
+    import json
+
+    from zoo.io import atomic_write
+
+    with atomic_write(path) as tmp:
+        tmp.write_text(json.dumps(value))

@@ -4,38 +4,47 @@ torchvision's ``SSD`` class and torchvision's ``ssd300_vgg16``, on the same devi
     python -m ssd.benchmark --batch-size 64 --amp bf16 --output bench.json
     python -m ssd.benchmark --models ours --set compile_mode=reduce-overhead   # the recipe with one lever set
     python -m ssd.benchmark --models ours --variant compile=false              # and a row without compiling
-    torchrun --nproc_per_node 4 -m ssd.benchmark --mode train                  # DDP scaling (global images/s)
+    python -m ssd.benchmark --gpus 1,2,4 --recipe configs/ssd300_coco_8gpu_65ep.yaml   # scaling (zoo.scaling)
     python -m ssd.benchmark --smoke --device cpu                                # seconds on a CPU: checks the path
 
 "ours" is built from --recipe (default: the 1-GPU recipe) and --set overrides, with the training
-step that ssd.train runs (ssd.step.TrainStep: matching, forward, loss, backward, SGD, schedule) on
-the batch that ``ssd.train --synthetic`` uses, and for inference the model that evaluation and export
+step that train.py runs (ssd.step.TrainStep: matching, forward, loss, backward, SGD, schedule) on
+the batch that ``train.py --synthetic`` uses, and for inference the model that evaluation and export
 use (ssd.model.build_inference_model: BatchNorm folded, weights in --amp's precision) plus decoding
 and per-class NMS. The baselines (ssd.baselines) run eager under autocast, as a user would call
 them: a list of images and target dicts (they resize, normalise and match inside), channels_last
 and a fused SGD as ours. Before timing, every model's BatchNorm statistics are estimated on the
 batch (BATCHNORM_PASSES training-mode passes), so that untrained weights give bounded scores.
+
+``--gpus 1,2,4`` is the scaling mode every PyTorch model shares (zoo.scaling): the recipe's training
+step (:func:`scaling_step`) on 1, 2 and 4 GPUs through train.sh's launcher, per-GPU batch fixed,
+steady-state windows, replicas compared, scaling against 1 GPU of the same call. Its flags:
+``--gpus N,N,.. [--recipe FILE] [--set KEY=VALUE] [--amp ..] [--batch-size N] [--window-seconds S]
+[--windows N] [--warmup N] [--output FILE]`` (``--gpus 1 --help`` lists them).
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import itertools
 import sys
-from pathlib import Path
 
 import torch
 import zoo.cli
+import zoo.scaling
 from zoo.cli import entry_point
+from zoo.coco import report_benchmark
+from zoo.errors import UserError
+from zoo.recipe import flag, run_config
 from zoo.torch import autocast, close_distributed, distributed_model, fast_math, grad_scaler, init_distributed
 
+from ssd import DEFAULT_RECIPE
 from ssd.baselines import BASELINES
 from ssd.boxes import postprocess
 from ssd.data import SyntheticLoader
 from ssd.model import build_inference_model, estimate_batchnorm_statistics
 from ssd.step import TrainStep
 
-DEFAULT_RECIPE = Path(__file__).resolve().parents[1] / "configs" / "ssd300_coco_65ep.yaml"
 MODELS = ("ours", *BASELINES)
 # Training-mode passes over the batch that set every model's BatchNorm statistics before inference:
 # with fresh ones (mean 0, variance 1) the activations of untrained weights grow through the
@@ -65,7 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--mode", choices=("train", "inference", "both"), default="both")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma list of: {', '.join(MODELS)}")
-    p.add_argument("--batch-size", type=int, help="per process (recipe: batch_size)")
+    p.add_argument("--batch-size", type=int, help="per process (recipe: run.batch_per_gpu)")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps first (compiling happens here)")
     p.add_argument("--iters", type=int, default=30, help="timed steps per window")
     p.add_argument("--windows", type=int, default=3, help="training: the median window's images/s")
@@ -83,21 +92,43 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def synthetic_batch(batch_size: int, num_classes: int, device):
-    """The batch of ``ssd.train --synthetic`` (normalised random images, 8 boxes per image)."""
+    """The batch of ``train.py --synthetic`` (normalised random images, 8 boxes per image)."""
     return SyntheticLoader(batch_size, 1, num_classes=num_classes, device=device).batch
+
+
+# Different synthetic batches the scaling mode cycles through (as train.py --synthetic's, other seeds).
+SCALING_BATCHES = 4
+
+
+def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
+    """The recipe's training step (ssd.step.TrainStep, DDP-wrapped for several processes and compiled as
+    the recipe says) on synthetic batches of batch per GPU x accumulation images: zoo.scaling's step."""
+    run = run_config(recipe)
+    images = run.batch_per_gpu * run.accumulation
+    step = TrainStep(recipe, device, steps_per_epoch=1000, world_size=world_size)
+    loader = SyntheticLoader(images, SCALING_BATCHES, device=device, variants=SCALING_BATCHES)
+    batches = itertools.cycle(loader.batches)
+    step.train()
+
+    def call():
+        batch = next(batches)
+        return step(batch.images, batch.boxes, batch.labels)
+
+    return zoo.scaling.Step(call, items=images, unit="img/s", model=step.model)
 
 
 def ours_steps(recipe: dict, a, device, world):
     """(train_step, infer_step) of our SSD300: the recipe's training step and the inference model."""
     step = TrainStep(recipe, device, steps_per_epoch=1000, num_classes=a.num_classes, world_size=world)
-    batch = synthetic_batch(recipe["batch_size"], a.num_classes, device)
+    run = run_config(recipe)
+    batch = synthetic_batch(run.batch_per_gpu * run.accumulation, a.num_classes, device)
 
     def forward(images) -> None:
-        with autocast(device, recipe["amp"]):
+        with autocast(device, run.precision):
             step.model(images)
 
     estimate_batchnorm_statistics(step.model, [batch.images] * BATCHNORM_PASSES, forward)
-    infer_model = build_inference_model(step.model, recipe["amp"], channels_last=step.channels_last)
+    infer_model = build_inference_model(step.model, run.precision, channels_last=step.channels_last)
     step.train()
 
     def train_step():
@@ -115,14 +146,15 @@ def baseline_steps(name: str, recipe: dict, a, device, world):
     """(train_step, infer_step) of a torchvision baseline, called as a user would call it."""
     model = BASELINES[name](a.num_classes) if name == "torchvision-ssd" else BASELINES[name]()
     model = model.to(device).to(memory_format=torch.channels_last)
-    batch = synthetic_batch(recipe["batch_size"], a.num_classes, device)
+    run = run_config(recipe)
+    batch = synthetic_batch(run.batch_per_gpu, a.num_classes, device)
     images = list(batch.images)
     targets = [{"boxes": b * 300, "labels": lab} for b, lab in zip(batch.boxes, batch.labels, strict=True)]
     network = distributed_model(model, device) if world > 1 else model
     optimizer = torch.optim.SGD(
         model.parameters(), lr=1e-3, momentum=0.9, weight_decay=5e-4, fused=device.type == "cuda"
     )
-    amp = recipe["amp"]
+    amp = run.precision
     scaler = grad_scaler(device, amp)
 
     def forward(_) -> None:
@@ -153,18 +185,16 @@ def baseline_steps(name: str, recipe: dict, a, device, world):
 def levers(recipe: dict) -> dict:
     """The recipe's speed keys, as a report row records them."""
     return {
-        "channels_last": recipe.get("channels_last", False),
-        "compile": recipe.get("compile", False),
-        "compile_mode": recipe.get("compile_mode", "default"),
-        "fused_optimizer": recipe["optimizer"].get("fused", False),
+        "channels_last": flag(recipe["channels_last"], "channels_last"),
+        "compile": flag(recipe["compile"], "compile"),
+        "compile_mode": recipe["compile_mode"],
+        "fused_optimizer": flag(recipe["optimizer"]["fused"], "optimizer.fused"),
     }
 
 
 def recipe_with(a, overrides: list[str]) -> dict:
     """The recipe of --recipe, --set, --amp and --batch-size, then ``overrides`` (KEY=VALUE items)."""
-    return zoo.cli.recipe_from_args(
-        argparse.Namespace(**{**vars(a), "set": [*a.set, *overrides]}), {"batch_size": "batch_size"}
-    )
+    return zoo.cli.recipe_from_args(argparse.Namespace(**{**vars(a), "set": [*a.set, *overrides]}))
 
 
 def run(a) -> list[dict]:
@@ -179,7 +209,7 @@ def run(a) -> list[dict]:
     names = [m for m in a.models.split(",") if m]
     for m in names:
         if m not in MODELS:
-            raise SystemExit(f"error: unknown model '{m}' in --models (choose from {', '.join(MODELS)})")
+            raise UserError(f"unknown model '{m}' in --models (choose from {', '.join(MODELS)})")
     runs = []  # (model, its variant's overrides, its recipe): every recipe checked before any work
     for name in names:
         runs.append((name, [], recipe))
@@ -188,7 +218,8 @@ def run(a) -> list[dict]:
             runs += [(name, variant, recipe_with(a, variant)) for variant in variants]
     results = []
     for name, variant, measured in runs:
-        batch_size = measured["batch_size"]
+        run_section = run_config(measured)
+        batch_size = run_section.batch_per_gpu * (run_section.accumulation if name == "ours" else 1)
         if name == "ours":
             train_step, infer_step = ours_steps(measured, a, device, world)
         else:
@@ -196,7 +227,7 @@ def run(a) -> list[dict]:
         for mode in modes:
             if mode == "inference" and world > 1:
                 continue  # inference is per GPU; measure it with one process
-            if mode == "train":  # the host queues steps ahead of the device, as in ssd.train
+            if mode == "train":  # the host queues steps ahead of the device, as in train.py
                 s = measure(
                     train_step,
                     items_per_call=batch_size,
@@ -220,7 +251,7 @@ def run(a) -> list[dict]:
                 "mode": mode,
                 "batch_size": batch_size,
                 "world_size": world,
-                "amp": measured["amp"],
+                "amp": run_section.precision,
             }
             if name == "ours":
                 row.update(recipe=str(a.recipe), overrides=[*a.set, *variant], variant=",".join(variant))
@@ -275,15 +306,13 @@ def format_table(results: list[dict]) -> str:
 
 @entry_point
 def main(argv=None) -> None:
+    if zoo.scaling.asked_for(argv):
+        zoo.scaling.main(argv, module="ssd.benchmark", build=scaling_step, default_recipe=DEFAULT_RECIPE)
+        return
     a = parse_args(argv)
     results = run(a)
     if a.output and results:
-        from zoo.bench import write_report
-
-        on_gpu = torch.cuda.is_available() and (a.device or "cuda").startswith("cuda")
-        device_name = torch.cuda.get_device_name() if on_gpu else platform.processor()
-        write_report(a.output, results, device=device_name or "cpu", torch=torch.__version__)
-        print(f"wrote {a.output}", file=sys.stderr)
+        report_benchmark(a.output, results, a.device)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from zoo.cli import entry_point
-from zoo.errors import one_line
+from zoo.errors import UserError, one_line
 
 
 @entry_point
@@ -29,7 +29,7 @@ def main(argv=None) -> None:
     convert.add_argument("output", help="model.pt to write (atomically)")
     args = p.parse_args(argv)
     if not Path(args.source).is_file():
-        raise SystemExit(f"error: {args.source} does not exist")
+        raise UserError(f"{args.source} does not exist")
     convert_ngc_file(args.source, args.output)
     print(args.output)
 
@@ -48,7 +48,7 @@ def convert_ngc_file(src, dest) -> None:
         model.load_state_dict(converted)
     except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
         reason = one_line(e)
-        raise SystemExit(f"error: cannot convert {src}: {reason[:200]}") from None
+        raise UserError(f"cannot convert {src}: {reason[:200]}") from None
     Path(dest).parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(dest) as tmp:
         torch.save(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
-from zoo.errors import one_line
+from zoo.errors import UserError, one_line
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -35,33 +35,33 @@ class Batch:
 
 
 def check_annotations(path: str | os.PathLike) -> dict:
-    """Read a COCO annotation file and check the fields SSD uses; one-line SystemExit on any problem."""
+    """Read a COCO annotation file and check the fields SSD uses; UserError naming the file and the entry."""
     path = Path(path)
     if not path.is_file():
-        raise SystemExit(f"annotation file {path} does not exist")
+        raise UserError(f"annotation file {path} does not exist")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SystemExit(f"annotation file {path} is not valid JSON: {e}") from None
+        raise UserError(f"annotation file {path} is not valid JSON: {e}") from None
     if not isinstance(data, dict):
-        raise SystemExit(f"annotation file {path}: top level is {type(data).__name__}, want an object")
+        raise UserError(f"annotation file {path}: top level is {type(data).__name__}, want an object")
     for key in ("images", "annotations", "categories"):
         if not isinstance(data.get(key), list):
-            raise SystemExit(f"annotation file {path} has no '{key}' list (not a COCO detection file)")
+            raise UserError(f"annotation file {path} has no '{key}' list (not a COCO detection file)")
     if not data["categories"]:
-        raise SystemExit(f"annotation file {path} lists no categories")
+        raise UserError(f"annotation file {path} lists no categories")
     image_ids = {img.get("id") for img in data["images"]}
     cat_ids = {c.get("id") for c in data["categories"]}
     for i, ann in enumerate(data["annotations"]):
         bbox = ann.get("bbox")
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
-            raise SystemExit(f"annotation file {path}: annotation #{i} has bbox {bbox!r}, want [x, y, w, h]")
+            raise UserError(f"annotation file {path}: annotation #{i} has bbox {bbox!r}, want [x, y, w, h]")
         if ann.get("image_id") not in image_ids:
-            raise SystemExit(
+            raise UserError(
                 f"annotation file {path}: annotation #{i} names unknown image_id {ann.get('image_id')!r}"
             )
         if ann.get("category_id") not in cat_ids:
-            raise SystemExit(
+            raise UserError(
                 f"annotation file {path}: annotation #{i} names unknown category_id {ann.get('category_id')!r}"
             )
     return data
@@ -73,7 +73,7 @@ class CocoDetection(Dataset):
     def __init__(self, image_dir: str | os.PathLike, annotation_file: str | os.PathLike, transform=None):
         self.image_dir = Path(image_dir)
         if not self.image_dir.is_dir():
-            raise SystemExit(f"image folder {self.image_dir} does not exist")
+            raise UserError(f"image folder {self.image_dir} does not exist")
         data = check_annotations(annotation_file)
         self.annotation_file = str(annotation_file)
         self.category_ids = sorted(c["id"] for c in data["categories"])
@@ -106,7 +106,7 @@ class CocoDetection(Dataset):
             with Image.open(path) as im:
                 image = pil_to_tensor(im.convert("RGB"))
         except (UnidentifiedImageError, OSError) as e:
-            raise SystemExit(f"cannot read image {path}: {one_line(e)}") from None
+            raise UserError(f"cannot read image {path}: {one_line(e)}") from None
         h, w = image.shape[-2:]
         objs = self.objects[info["id"]]
         boxes = torch.tensor([o[0] for o in objs], dtype=torch.float32).reshape(-1, 4)
@@ -191,7 +191,8 @@ def build_loader(
 
 
 class SyntheticLoader:
-    """Random images and boxes made once on the device and yielded ``steps`` times (speed tests)."""
+    """Random images and boxes made once on the device and yielded ``steps`` times (speed tests):
+    ``variants`` different batches, in turn."""
 
     def __init__(
         self,
@@ -202,17 +203,22 @@ class SyntheticLoader:
         objects: int = 8,
         device="cpu",
         seed: int = 0,
+        variants: int = 1,
     ):
         g = torch.Generator().manual_seed(seed)
-        xy = torch.rand(batch_size, objects, 2, generator=g) * 0.7
-        wh = 0.05 + torch.rand(batch_size, objects, 2, generator=g) * 0.25
-        self.batch = Batch(
-            torch.randn(batch_size, 3, image_size, image_size, generator=g),
-            torch.cat([xy, xy + wh], -1),
-            torch.randint(1, num_classes, (batch_size, objects), generator=g),
-            torch.arange(batch_size),
-            torch.full((batch_size, 2), image_size),
-        ).to(torch.device(device))
+        self.batches = []
+        for _ in range(variants):
+            xy = torch.rand(batch_size, objects, 2, generator=g) * 0.7
+            wh = 0.05 + torch.rand(batch_size, objects, 2, generator=g) * 0.25
+            batch = Batch(
+                torch.randn(batch_size, 3, image_size, image_size, generator=g),
+                torch.cat([xy, xy + wh], -1),
+                torch.randint(1, num_classes, (batch_size, objects), generator=g),
+                torch.arange(batch_size),
+                torch.full((batch_size, 2), image_size),
+            )
+            self.batches.append(batch.to(torch.device(device)))
+        self.batch = self.batches[0]
         self.steps = steps
         self.sampler = None
 
@@ -220,8 +226,8 @@ class SyntheticLoader:
         return self.steps
 
     def __iter__(self):
-        for _ in range(self.steps):
-            yield self.batch
+        for step in range(self.steps):
+            yield self.batches[step % len(self.batches)]
 
 
 class DaliLoader:
@@ -248,7 +254,7 @@ class DaliLoader:
             from nvidia.dali import fn, pipeline_def, types
             from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
         except ImportError:
-            raise SystemExit(
+            raise UserError(
                 "--data-backend dali-* needs nvidia-dali (present in NGC containers); "
                 "use --data-backend pytorch"
             ) from None

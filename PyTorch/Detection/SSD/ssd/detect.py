@@ -11,37 +11,19 @@ from pathlib import Path
 
 import torch
 from zoo.cli import entry_point
-from zoo.errors import one_line
+from zoo.coco import PALETTE, read_image
 
 from ssd.boxes import Detections, default_boxes, postprocess
 from ssd.data import MEAN, STD
 
-PALETTE = [
-    (230, 25, 75),
-    (60, 180, 75),
-    (255, 225, 25),
-    (0, 130, 200),
-    (245, 130, 48),
-    (145, 30, 180),
-    (70, 240, 240),
-    (240, 50, 230),
-    (210, 245, 60),
-    (250, 190, 212),
-]
-
 
 def load_images(paths: list[str], image_size: int = 300):
     """PIL images and the normalised ``(N, 3, S, S)`` batch the model takes."""
-    from PIL import Image, UnidentifiedImageError
     from torchvision.transforms.v2 import functional as F
 
     pil, batch = [], []
     for p in paths:
-        try:
-            with Image.open(p) as im:
-                im = im.convert("RGB")
-        except (FileNotFoundError, UnidentifiedImageError, OSError) as e:
-            raise SystemExit(f"cannot read image {p}: {one_line(e)}") from None
+        im = read_image(p)
         pil.append(im)
         t = F.resize(F.pil_to_tensor(im), [image_size, image_size], antialias=True)
         batch.append(F.normalize(F.to_dtype(t, torch.float32, scale=True), MEAN, STD))

@@ -6,21 +6,14 @@ python -m ssd.evaluate --checkpoint results/model.pt --data-dir /data/coco --spl
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
-import os
-import sys
-import time
 from pathlib import Path
 
 import torch
 from zoo.cli import entry_point
-from zoo.errors import one_line
+from zoo.coco import add_evaluate_args, coco_scores, detect_and_score, evaluation_split, write_json
+from zoo.errors import UserError, one_line
 
 from ssd.boxes import default_boxes, postprocess
-
-STAT_NAMES = ("mAP", "AP50", "AP75", "AP_small", "AP_medium", "AP_large")
 
 
 @torch.no_grad()
@@ -66,30 +59,10 @@ def detect_dataset(
     return results
 
 
-def coco_map(
-    annotation_file: str, results: list[dict], image_ids: list[int] | None = None
-) -> dict[str, float]:
-    """pycocotools bbox evaluation; returns mAP@[.5:.95] as ``mAP`` and the other summary numbers."""
-    try:
-        from pycocotools.coco import COCO
-        from pycocotools.cocoeval import COCOeval
-    except ImportError:
-        raise SystemExit("COCO evaluation needs pycocotools (pip install -r requirements.txt)") from None
-    if not results:
-        return dict.fromkeys(STAT_NAMES, 0.0)
-    with contextlib.redirect_stdout(io.StringIO()):
-        gt = COCO()
-        gt.dataset = json.loads(Path(annotation_file).read_text())
-        gt.dataset.setdefault("info", {})  # loadRes copies it; COCO-format files made by hand often lack it
-        gt.createIndex()
-        dt = gt.loadRes([dict(r) for r in results])  # loadRes adds keys to the dicts it gets
-        ev = COCOeval(gt, dt, iouType="bbox")
-        if image_ids is not None:
-            ev.params.imgIds = sorted(set(image_ids))
-        ev.evaluate()
-        ev.accumulate()
-        ev.summarize()
-    return {k: float(v) for k, v in zip(STAT_NAMES, ev.stats, strict=False)}
+def coco_map(annotation_file: str, results: list[dict], image_ids=None) -> dict[str, float]:
+    """COCO box AP of ``results``: zoo.coco.coco_scores for bounding boxes (``map``, AP@[.5:.95] as a
+    fraction, and the other summary numbers)."""
+    return coco_scores(annotation_file, results, image_ids, iou_types=("bbox",))
 
 
 def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, list[int]]:
@@ -98,25 +71,24 @@ def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, list[int]]:
 
     path = Path(checkpoint)
     if not path.is_file():
-        raise SystemExit(f"checkpoint {path} does not exist")
+        raise UserError(f"checkpoint {path} does not exist")
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the same thing to a user
-        raise SystemExit(f"checkpoint {path} cannot be read: {one_line(e)}") from None
+        raise UserError(f"checkpoint {path} cannot be read: {one_line(e)}") from None
     if not isinstance(state, dict) or "model" not in state or "category_ids" not in state:
-        raise SystemExit(f"checkpoint {path} is not an SSD checkpoint (no 'model'/'category_ids' entries)")
+        raise UserError(f"checkpoint {path} is not an SSD checkpoint (no 'model'/'category_ids' entries)")
     model = SSD300(num_classes=len(state["category_ids"]) + 1)
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as e:
-        raise SystemExit(f"checkpoint {path} does not fit SSD300: {str(e).splitlines()[1].strip()}") from None
+        raise UserError(f"checkpoint {path} does not fit SSD300: {str(e).splitlines()[1].strip()}") from None
     return model.to(device), list(state["category_ids"])
 
 
 @entry_point
 def main(argv=None) -> None:
-    from zoo.cli import AMP_CHOICES, parse_args
-    from zoo.log import MetricsLogger
+    from zoo.cli import parse_args
 
     from ssd.data import build_loader
     from ssd.model import build_inference_model
@@ -126,49 +98,29 @@ def main(argv=None) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--checkpoint", required=True, help="checkpoint.pt or model.pt from ssd.train")
-    p.add_argument(
-        "--data-dir",
-        default=os.environ.get("DATA_DIR"),
-        help="COCO root with <split>/ and annotations/instances_<split>.json ($DATA_DIR)",
-    )
-    p.add_argument("--split", default="val2017")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--workers", type=int, default=4)
-    p.add_argument(
-        "--amp",
-        choices=AMP_CHOICES,
-        default="fp32",
-        help="precision of the inference model (weights and compute; BatchNorm folded)",
-    )
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    amp_help = "precision of the inference model (weights and compute; BatchNorm folded)"
+    add_evaluate_args(p, train_module="ssd.train", batch_size=32, amp_help=amp_help)
     p.add_argument("--results-json", help="also write the detections (COCO result format) here")
     a = parse_args(p, argv)
-    if not a.data_dir:
-        raise SystemExit("error: give --data-dir (or set DATA_DIR): the COCO root to score on")
-    data = Path(a.data_dir)
-    ann = data / "annotations" / f"instances_{a.split}.json"
+    image_dir, annotation_file = evaluation_split(a)
     model, category_ids = load_model(a.checkpoint, a.device)
-    loader = build_loader(data / a.split, ann, train=False, batch_size=a.batch_size, workers=a.workers)
+    loader = build_loader(image_dir, annotation_file, train=False, batch_size=a.batch_size, workers=a.workers)
     if len(loader.dataset.category_ids) != len(category_ids):
-        raise SystemExit(
-            f"checkpoint has {len(category_ids)} classes, {ann} has {len(loader.dataset.category_ids)}"
+        raise UserError(
+            f"checkpoint has {len(category_ids)} classes, {annotation_file} has {len(loader.dataset.category_ids)}"
         )
-    t = time.time()
-    with MetricsLogger(total_steps=len(loader), desc=f"detect {a.split}") as progress:
-        results = detect_dataset(
-            build_inference_model(model, a.amp), loader, category_ids, device=a.device, progress=progress
-        )
-    seconds = time.time() - t
-    if a.results_json:
-        Path(a.results_json).write_text(json.dumps(results))
-    stats = coco_map(str(ann), results)
-    print(
-        f"{len(loader.dataset)} images in {seconds:.1f}s ({len(loader.dataset) / seconds:.1f} img/s), "
-        f"{len(results)} detections",
-        file=sys.stderr,
+    inference_model = build_inference_model(model, a.amp)
+    results, _ = detect_and_score(
+        lambda progress: detect_dataset(
+            inference_model, loader, category_ids, device=a.device, progress=progress
+        ),
+        loader,
+        annotation_file,
+        coco_map,
+        a.split,
     )
-    print(json.dumps(stats))
+    if a.results_json:
+        write_json(a.results_json, results)
 
 
 if __name__ == "__main__":

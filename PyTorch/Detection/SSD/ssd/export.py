@@ -23,12 +23,13 @@ onnxruntime has no bfloat16 convolutions: ``--amp bf16`` writes ``ssd300_torchsc
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 from zoo.cli import entry_point
+from zoo.coco import add_repository_args, replace_repository
+from zoo.errors import UserError
 
 from ssd.boxes import default_boxes
 from ssd.model import SSD300, InferenceSSD, SSDWithPostprocess, build_inference_model
@@ -54,7 +55,7 @@ def export_onnx(
     with a dynamic batch axis; outputs ``loc, logits`` or, with ``postprocess``, ``boxes, scores``."""
     model = inference_model(model)
     if model.dtype == torch.bfloat16:
-        raise SystemExit("error: onnxruntime runs no bfloat16 convolutions: export ONNX in fp32 or fp16")
+        raise UserError("onnxruntime runs no bfloat16 convolutions: export ONNX in fp32 or fp16")
     # The exporter restores the wrapper's train/eval flag recursively afterwards: make it eval too.
     module = (SSDWithPostprocess(model, default_boxes()) if postprocess else model).eval()
     names = ["boxes", "scores"] if postprocess else ["loc", "logits"]
@@ -197,9 +198,6 @@ def main(argv=None) -> None:
         "--random-init", type=int, metavar="NUM_CLASSES", help="export an untrained model (smoke)"
     )
     p.add_argument(
-        "--repository", default="triton_repo", help="model repository folder (replaced if present)"
-    )
-    p.add_argument(
         "--amp",
         choices=AMP_CHOICES,
         default="fp32",
@@ -207,23 +205,15 @@ def main(argv=None) -> None:
         "bf16: the TorchScript model only",
     )
     p.add_argument("--max-batch-size", type=int, default=16)
-    p.add_argument(
-        "--instance-kind",
-        choices=("KIND_GPU", "KIND_CPU"),
-        default="KIND_GPU",
-        help="instances of the ONNX models (the python model always runs on CPU)",
-    )
+    add_repository_args(p, onnx_models="the ONNX models")
     a = parse_args(p, argv)
     if a.checkpoint:
         model, _ = load_model(a.checkpoint, "cpu")
     else:
         torch.manual_seed(0)
         model = SSD300(num_classes=a.random_init)
-    repo = Path(a.repository)
-    if repo.exists():
-        shutil.rmtree(repo)
-    write_repository(model, repo, amp=a.amp, max_batch_size=a.max_batch_size, instance_kind=a.instance_kind)
-    print(f"wrote {', '.join(sorted(p.name for p in repo.iterdir()))} ({a.amp}) to {repo}")
+    settings = {"amp": a.amp, "max_batch_size": a.max_batch_size, "instance_kind": a.instance_kind}
+    replace_repository(a.repository, lambda repo: write_repository(model, repo, **settings), f" ({a.amp})")
 
 
 if __name__ == "__main__":

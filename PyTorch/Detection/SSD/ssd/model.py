@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import torch
 import torch.nn as nn
 import torchvision
+from zoo.errors import UserError
 
 from ssd.boxes import SSD300, DefaultBoxSpec
 
@@ -176,7 +177,7 @@ def build_inference_model(
     folded into the convolutions (``fold``), weights in ``precision`` (fp32, fp16 or bf16), no
     gradients. Evaluation, the benchmark and export (ONNX, TorchScript) all use this model."""
     if precision not in PRECISIONS:
-        raise SystemExit(f"error: precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if isinstance(model, InferenceSSD):
         model = model.model
     net = copy.deepcopy(model).eval()

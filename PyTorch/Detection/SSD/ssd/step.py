@@ -5,14 +5,21 @@
         loss = step(batch.images, batch.boxes, batch.labels)
 
 A step is target matching on the device, forward and loss under autocast, backward (scaled for
-fp16), the SGD update and the learning-rate schedule. The recipe keys that only change speed
-(the math stays the same): ``channels_last``, ``compile`` with ``compile_mode`` (``reduce-overhead``
-replays the forward and backward as CUDA graphs), ``optimizer.fused`` (one fused SGD kernel on GPUs).
+fp16), the SGD update and the learning-rate schedule. A batch holds ``run.batch_per_gpu`` x
+``run.accumulation`` images: with accumulation the step runs them as that many micro-batches and
+sums their gradients before the update. The recipe keys that only change speed (the math stays the
+same): ``channels_last``, ``compile`` with ``compile_mode`` (``reduce-overhead`` replays the forward
+and backward as CUDA graphs), ``optimizer.fused`` (one fused SGD kernel on GPUs).
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+from zoo.coco import learning_rate
+from zoo.errors import UserError
+from zoo.recipe import flag, run_config
 from zoo.torch import autocast, distributed_model, grad_scaler, parameter_groups
 
 from ssd.boxes import default_boxes, match
@@ -38,12 +45,6 @@ def lr_schedule(recipe: dict, steps_per_epoch: int):
     return factor
 
 
-def learning_rate(recipe: dict, world_size: int) -> float:
-    """``optimizer.base_lr`` scaled linearly by the global batch over ``optimizer.base_batch``."""
-    o = recipe["optimizer"]
-    return o["base_lr"] * recipe["batch_size"] * world_size / o.get("base_batch", 32)
-
-
 class TrainStep:
     """Model, loss, optimizer, schedule and scaler of one run; calling it trains on one batch.
 
@@ -63,14 +64,17 @@ class TrainStep:
         model: SSD300 | None = None,
     ) -> None:
         device = torch.device(device)
-        mode = recipe.get("compile_mode", "default")
+        run = run_config(recipe)
+        mode = recipe["compile_mode"]
         if mode not in COMPILE_MODES:
-            raise SystemExit(f"error: compile_mode {mode!r} is not one of {', '.join(COMPILE_MODES)}")
+            raise UserError(f"compile_mode {mode!r} is not one of {', '.join(COMPILE_MODES)}")
+        self.compiled = flag(recipe["compile"], "compile")
+        mode = mode if self.compiled else None
         self.device = device
-        self.amp = recipe.get("amp", "bf16")
-        self.channels_last = bool(recipe.get("channels_last", False))
-        self.compiled = bool(recipe.get("compile", False))
-        self.cuda_graphs = self.compiled and mode == "reduce-overhead"
+        self.amp = run.precision
+        self.accumulation = run.accumulation
+        self.channels_last = flag(recipe["channels_last"], "channels_last")
+        self.cuda_graphs = mode == "reduce-overhead"
         model = (model if model is not None else SSD300(num_classes=num_classes)).to(device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
@@ -80,21 +84,19 @@ class TrainStep:
             parameter_groups(model, o["weight_decay"]),
             lr=learning_rate(recipe, world_size),
             momentum=o["momentum"],
-            fused=bool(o.get("fused", False)) and device.type == "cuda",
+            fused=flag(o["fused"], "optimizer.fused") and device.type == "cuda",
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_schedule(recipe, steps_per_epoch)
         )
         self.scaler = grad_scaler(device, self.amp)
-        self.criterion = SSDLoss(recipe.get("neg_pos_ratio", 3))
+        self.criterion = SSDLoss(recipe["neg_pos_ratio"])
         self.dboxes = default_boxes().to(device)
         # Rank 0's BatchNorm statistics reach every rank each step, so every evaluation shard is
         # scored with (nearly) the weights and statistics the checkpoint holds.
         self.network = distributed_model(model, device, broadcast_buffers=True) if world_size > 1 else model
         self._forward_loss = (
-            torch.compile(self._loss, mode=None if mode == "default" else mode)
-            if self.compiled
-            else self._loss
+            torch.compile(self._loss, mode=None if mode == "default" else mode) if mode else self._loss
         )
 
     def _loss(self, images: torch.Tensor, loc_target: torch.Tensor, cls_target: torch.Tensor) -> torch.Tensor:
@@ -108,18 +110,27 @@ class TrainStep:
 
     def __call__(self, images: torch.Tensor, boxes: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """One update on a batch on the device: ``images (B, 3, S, S)``, padded ``boxes (B, M, 4)``
-        xyxy in [0, 1], ``labels (B, M)`` (0 = padding). Returns the loss (a device scalar; with CUDA
-        graphs it is valid until the next call)."""
+        xyxy in [0, 1], ``labels (B, M)`` (0 = padding); B is the batch per GPU x the accumulation.
+        Returns the loss (a device scalar, the mean over the micro-batches; with CUDA graphs it is
+        valid until the next call)."""
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         with torch.no_grad():
             loc_target, cls_target = match(boxes, labels, self.dboxes)
-        if self.cuda_graphs:
-            torch.compiler.cudagraph_mark_step_begin()
-        loss = self._forward_loss(images, loc_target, cls_target)
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        micro = zip(*(t.chunk(self.accumulation) for t in (images, loc_target, cls_target)), strict=True)
+        total = None
+        for k, (part_images, part_loc, part_cls) in enumerate(micro):
+            # DDP reduces the summed gradients once, on the last micro-batch.
+            last = k == self.accumulation - 1
+            skip_sync = self.network is not self.model and not last
+            with self.network.no_sync() if skip_sync else contextlib.nullcontext():
+                if self.cuda_graphs:
+                    torch.compiler.cudagraph_mark_step_begin()
+                loss = self._forward_loss(part_images, part_loc, part_cls) / self.accumulation
+                self.scaler.scale(loss).backward()
+            total = loss.detach() if total is None else total + loss.detach()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        return loss.detach()
+        return total

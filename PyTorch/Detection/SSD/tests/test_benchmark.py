@@ -1,7 +1,12 @@
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from ssd.benchmark import add_ratios, format_table, main
+
+from .conftest import MODEL_DIR
 
 
 def test_smoke_benchmark_measures_the_recipe_and_its_variants(tmp_path):
@@ -84,3 +89,32 @@ def test_old_flags_name_the_new_spelling(flag, message):
 def test_unknown_recipe_key_in_a_variant_is_a_one_line_error():
     with pytest.raises(SystemExit, match="unknown recipe key|names nothing|compile_mod"):
         main(["--smoke", "--device", "cpu", "--models", "ours", "--variant", "compile_mod=default"])
+
+
+@pytest.mark.timeout(600)
+def test_gpus_times_the_recipe_step_on_one_and_two_processes(tmp_path):
+    # Two gloo processes on the CPU: the shared scaling mode (zoo.scaling) over the smoke recipe's step.
+    out = tmp_path / "scaling.json"
+    smoke = str(MODEL_DIR / "configs" / "shapes_smoke.yaml")
+    command = ["bash", str(MODEL_DIR / "scripts" / "benchmark.sh"), "--gpus", "2", "--recipe", smoke]
+    command += [
+        "--batch-size",
+        "2",
+        "--window-seconds",
+        "0.2",
+        "--windows",
+        "1",
+        "--warmup",
+        "1",
+        "--output",
+        str(out),
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [row["gpus"] for row in rows] == [1, 2]
+    assert [row["replicas_agree"] for row in rows] == [None, True]
+    assert all(row["batch_per_gpu"] == 2 and row["unit"] == "img/s" and row["throughput"] > 0 for row in rows)
+    assert rows[0]["scaling"] == pytest.approx(1.0) and "scripts/benchmark.sh --gpus 2" in done.stdout

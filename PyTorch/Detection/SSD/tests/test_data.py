@@ -91,10 +91,10 @@ def test_backbone_from_registry_checkpoint(http_root, tmp_path, monkeypatch):
     load_backbone(model, "rn50-test", str(registry))
     torch.testing.assert_close(model.backbone.layer3[5].conv3.weight, resnet.layer3[5].conv3.weight)
     torch.testing.assert_close(model.backbone.bn1.running_var, resnet.bn1.running_var)
-    with pytest.raises(SystemExit, match="rn50-test"):
+    with pytest.raises(UserError, match="rn50-test"):
         load_backbone(model, "no-such-name", str(registry))
     torch.save({"fc.weight": torch.zeros(3)}, tmp_path / "wrong.pth")
-    with pytest.raises(SystemExit, match="not a ResNet-50 state dict"):
+    with pytest.raises(UserError, match="not a ResNet-50 state dict"):
         load_backbone(model, str(tmp_path / "wrong.pth"), str(registry))
 
 

@@ -7,7 +7,9 @@ import torch
 from ssd.boxes import default_boxes, match
 from ssd.data import SyntheticLoader
 from ssd.loss import SSDLoss
-from ssd.step import TrainStep, learning_rate
+from ssd.step import TrainStep
+from zoo.coco import learning_rate
+from zoo.errors import UserError
 from zoo.recipe import load_recipe
 
 from .conftest import MODEL_DIR
@@ -16,7 +18,7 @@ SMOKE = MODEL_DIR / "configs" / "shapes_smoke.yaml"
 
 
 def smoke_recipe(**overrides):
-    return load_recipe(SMOKE, {"amp": "fp32", "batch_size": 2, **overrides})
+    return load_recipe(SMOKE, {"run.precision": "fp32", "run.batch_per_gpu": 2, **overrides})
 
 
 def test_step_returns_the_loss_of_the_weights_it_started_from_and_updates_them():
@@ -58,7 +60,7 @@ def test_speed_keys_of_the_recipe_build_the_step():
     step = TrainStep(smoke_recipe(channels_last=True), "cpu", steps_per_epoch=1, num_classes=4)
     assert step.model.backbone.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     assert not step.compiled and not step.cuda_graphs
-    with pytest.raises(SystemExit, match="compile_mode 'fast' is not one of default, reduce-overhead"):
+    with pytest.raises(UserError, match="compile_mode 'fast' is not one of default, reduce-overhead"):
         TrainStep(smoke_recipe(compile_mode="fast"), "cpu", steps_per_epoch=1, num_classes=4)
 
 

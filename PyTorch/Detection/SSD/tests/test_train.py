@@ -10,7 +10,9 @@ from ssd.detect import main as detect_main
 from ssd.evaluate import coco_map
 from ssd.evaluate import main as evaluate_main
 from ssd.shapes import make_shapes_coco
-from ssd.train import load_config, main, parse_args, train
+from ssd.train import FLAG_TO_RECIPE, main, parse_args, train
+from zoo.coco import training_recipe
+from zoo.errors import UserError
 
 from .conftest import MODEL_DIR
 
@@ -62,9 +64,9 @@ def test_short_run_loss_falls_and_map_beats_random_boxes(tmp_path, capsys):
     assert len(losses) == 24
     assert sum(losses[-3:]) / 3 < 0.3 * sum(losses[:3]) / 3, losses
     data = json.loads(ann.read_text())
-    baseline = coco_map(str(ann), random_box_results(data["images"], [1, 2, 3]))["mAP"]
+    baseline = coco_map(str(ann), random_box_results(data["images"], [1, 2, 3]))["map"]
     assert baseline < 0.02
-    assert summary["maps"][12] > max(0.05, 5 * baseline), (summary["maps"], baseline)
+    assert summary["maps"][12]["map"] > max(0.05, 5 * baseline), (summary["maps"], baseline)
     assert (tmp_path / "out" / "metrics.jsonl").is_file()
     # The evaluation script on the saved model gives the number training logged.
     evaluate_main(
@@ -87,7 +89,7 @@ def test_short_run_loss_falls_and_map_beats_random_boxes(tmp_path, capsys):
     stats = json.loads(captured.out.strip().splitlines()[-1])
     # Evaluation draws its progress: batches done of total (one batch of 8 images here).
     assert "detect train" in captured.err and "1/1" in captured.err
-    assert stats["mAP"] == pytest.approx(summary["maps"][12], abs=0.02)
+    assert stats["map"] == pytest.approx(summary["maps"][12]["map"], abs=0.02)
     # The trained model draws its detections into a PNG of the input's size.
     detect_main(
         [
@@ -131,10 +133,10 @@ def test_mlperf_log_passes_the_compliance_checker_and_tensorboard_gets_scalars(t
         "--results-dir",
         str(out),
         "--set",
-        "epochs=2",
+        "run.epochs=2",
         "--set",
-        "batch_size=2",
-        "--steps",
+        "run.batch_per_gpu=2",
+        "--steps-per-epoch",
         "1",
         "--eval-epochs",
         "1,2",
@@ -152,7 +154,8 @@ def test_mlperf_log_passes_the_compliance_checker_and_tensorboard_gets_scalars(t
     assert [keys.index(k) for k in order] == sorted(keys.index(k) for k in order), keys
     assert keys[-1] == "run_stop" and records[-1]["metadata"]["status"] == "aborted"  # no target set
     accuracy = [r for r in records if r["key"] == "eval_accuracy"]
-    assert [(r["metadata"]["epoch_num"], r["value"]) for r in accuracy] == sorted(summary["maps"].items())
+    maps = sorted((epoch, scores["map"]) for epoch, scores in summary["maps"].items())
+    assert [(r["metadata"]["epoch_num"], r["value"]) for r in accuracy] == maps
     by_key = {r["key"]: r["value"] for r in records}
     assert by_key["global_batch_size"] == 2 and by_key["train_samples"] == 2 and by_key["eval_samples"] == 4
     assert by_key["opt_learning_rate_decay_boundary_epochs"] == [] and by_key["seed"] == 0
@@ -166,9 +169,9 @@ def test_mlperf_log_passes_the_compliance_checker_and_tensorboard_gets_scalars(t
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     # A resumed run writes its own log (one run per file), which passes the checker too.
     first_log = log.read_text()
-    train(parse_args([*argv, "--set", "epochs=3", "--eval-epochs", "3", "--resume", "auto"]))
+    train(parse_args([*argv, "--set", "run.epochs=3", "--eval-epochs", "3", "--resume", "auto"]))
     assert log.read_text() == first_log
-    check_log(out / "mlperf_from_epoch2.log", "ssd")
+    check_log(out / "mlperf_resume1.log", "ssd")
 
 
 def test_mlperf_log_reports_success_once_the_target_is_reached(tmp_path):
@@ -186,8 +189,8 @@ def test_mlperf_log_reports_success_once_the_target_is_reached(tmp_path):
         "--results-dir",
         str(out),
         "--set",
-        "batch_size=2",
-        "--steps",
+        "run.batch_per_gpu=2",
+        "--steps-per-epoch",
         "1",
         "--epochs",
         "3",
@@ -220,7 +223,7 @@ def test_async_scorer_scores_in_a_background_process(tmp_path):
     (e1, s1), (e2, s2) = scorer.done(wait=True)
     scorer.close()
     assert (e1, e2) == (1, 2)
-    assert s1["mAP"] == pytest.approx(1.0) and s2["mAP"] < 0.1
+    assert s1["map"] == pytest.approx(1.0) and s2["map"] < 0.1
 
 
 def synthetic_args(out, *extra):
@@ -228,7 +231,7 @@ def synthetic_args(out, *extra):
         "--recipe",
         SMOKE,
         "--synthetic",
-        "--steps",
+        "--steps-per-epoch",
         "1",
         "--batch-size",
         "2",
@@ -248,7 +251,7 @@ def test_resume_equals_unbroken_run(tmp_path):
     unbroken = train(parse_args(synthetic_args(tmp_path / "a")))["model"].state_dict()
     first = train(parse_args(synthetic_args(tmp_path / "b", "--stop-epoch", "1")))
     assert first["epochs"] == 1
-    with pytest.raises(SystemExit, match="--resume auto"):  # never overwrites a run by default
+    with pytest.raises(UserError, match="--resume auto"):  # never overwrites a run by default
         train(parse_args(synthetic_args(tmp_path / "b")))
     resumed = train(parse_args(synthetic_args(tmp_path / "b", "--resume", "auto")))
     assert resumed["epochs"] == 2
@@ -257,30 +260,35 @@ def test_resume_equals_unbroken_run(tmp_path):
         torch.testing.assert_close(state[k], v, rtol=0, atol=0, msg=k)
 
 
+def load_config(args):
+    return training_recipe(args, FLAG_TO_RECIPE)[0]
+
+
 def test_set_is_repeatable_and_flags_override_the_recipe():
-    args = parse_args(["--recipe", SMOKE, "--set", "epochs=1", "--set", "batch_size=2", "--amp", "fp32"])
-    recipe = load_config(args)
-    assert (recipe["epochs"], recipe["batch_size"], recipe["amp"]) == (1, 2, "fp32")
+    argv = ["--recipe", SMOKE, "--set", "run.epochs=1", "--set", "run.batch_per_gpu=2", "--amp", "fp32"]
+    run = load_config(parse_args(argv))["run"]
+    assert (run["epochs"], run["batch_per_gpu"], run["precision"]) == (1, 2, "fp32")
     recipe = load_config(
         parse_args(["--recipe", SMOKE, "--set", "optimizer.base_lr=0.5", "--target-map", "0.23"])
     )
-    assert recipe["optimizer"]["base_lr"] == 0.5 and recipe["eval"]["target_map"] == 0.23
-    assert recipe["epochs"] == 12 and recipe["amp"] == "bf16"
+    assert recipe["optimizer"]["base_lr"] == 0.5 and recipe["run"]["target"]["value"] == 0.23
+    assert recipe["run"]["epochs"] == 12 and recipe["run"]["precision"] == "bf16"
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--config", "x.yaml"], "error: --config was renamed: use --recipe"),
-        (["--precision", "fp16"], "error: --precision was renamed: use --amp"),
-        (["--amp", "none"], "error: --amp none was renamed: use --amp fp32"),
-        (["--no-resume"], "error: --no-resume was renamed: use --resume none"),
-        (["--resume"], "error: --resume takes a value now: use --resume auto"),
-        (["--resume", "--synthetic"], "error: --resume takes a value now: use --resume auto"),
+        (["--config", "x.yaml"], "--config was renamed: use --recipe"),
+        (["--precision", "fp16"], "--precision was renamed: use --amp"),
+        (["--amp", "none"], "--amp none was renamed: use --amp fp32"),
+        (["--no-resume"], "--no-resume was renamed: use --resume none"),
+        (["--resume"], "--resume takes a value now: use --resume auto"),
+        (["--resume", "--synthetic"], "--resume takes a value now: use --resume auto"),
+        (["--steps", "1"], "--steps was renamed: use --steps-per-epoch"),
     ],
 )
 def test_old_spellings_end_in_one_line(argv, message):
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         parse_args(argv)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
@@ -288,7 +296,7 @@ def test_old_spellings_end_in_one_line(argv, message):
 def test_recipe_with_the_old_precision_key_is_a_one_line_error(tmp_path):
     old = tmp_path / "old.yaml"
     old.write_text(f"base: {SMOKE}\nprecision: fp16\n")
-    with pytest.raises(SystemExit, match="precision was renamed: use amp"):
+    with pytest.raises(UserError, match="unknown recipe key 'precision'.*did you mean 'run.precision'"):
         load_config(parse_args(["--recipe", str(old)]))
 
 
@@ -299,7 +307,7 @@ def test_resume_path_continues_that_checkpoint(tmp_path):
     (tmp_path / "a" / "checkpoint.pt").rename(moved)
     resumed = train(parse_args(synthetic_args(tmp_path / "b", "--resume", str(moved))))
     assert resumed["epochs"] == 2
-    with pytest.raises(SystemExit, match="no such checkpoint"):
+    with pytest.raises(UserError, match="no such checkpoint"):
         train(parse_args(synthetic_args(tmp_path / "c", "--resume", str(tmp_path / "missing.pt"))))
 
 
