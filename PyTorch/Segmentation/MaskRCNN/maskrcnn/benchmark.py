@@ -7,28 +7,42 @@
 
 "ours" is the recipe (``--recipe``, default the 1-GPU COCO recipe, with ``--set KEY=VALUE`` overrides):
 its model built by maskrcnn.model, its ``speed`` section (compile, cudnn_benchmark)
-applied by ``prepare_for_speed``, and ``maskrcnn.train.train_step`` timed. torchvision's model runs
-the same step eagerly with cuDNN autotuning off, as torchvision's detection reference script does.
+applied by ``prepare_for_speed``, and its training step (maskrcnn.step.TrainStep, the step
+train.py runs) timed on ``--batch-size`` images a step (no accumulation) in ``--amp``.
+torchvision's model runs the same step eagerly with cuDNN autotuning off, as torchvision's detection
+reference script does.
 
     python -m maskrcnn.benchmark --mode train --set speed.compile=false    # one lever off
+
+``--gpus 1,2,4`` is the scaling mode every PyTorch model shares (zoo.scaling): the recipe's training
+step (:func:`scaling_step`: its batch per GPU and accumulation, synthetic images of ``data.min_size``
+pixels) on 1, 2 and 4 GPUs through train.sh's launcher, steady-state windows, replicas compared,
+scaling against 1 GPU of the same call. Its flags: ``--gpus N,N,.. [--recipe FILE] [--set KEY=VALUE]
+[--amp ..] [--batch-size N] [--window-seconds S] [--windows N] [--warmup N] [--output FILE]``
+(``--gpus 1 --help`` lists them).
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
+import itertools
 import sys
-from pathlib import Path
 
 import torch
+import zoo.scaling
 from zoo.cli import AMP_CHOICES, entry_point
 from zoo.cli import parse_args as parse_cli
-from zoo.torch import autocast, close_distributed, fast_math, grad_scaler, init_distributed
+from zoo.coco import report_benchmark
+from zoo.errors import UserError
+from zoo.recipe import run_config
+from zoo.torch import autocast, close_distributed, fast_math, init_distributed
 
-from maskrcnn.model import model_from_recipe
+from maskrcnn import DEFAULT_RECIPE, MODEL_DIR
+from maskrcnn.model import model_from_recipe, prepare_for_speed
+from maskrcnn.step import TrainStep
 
-MODEL_DIR = Path(__file__).resolve().parents[1]
-DEFAULT_RECIPE = MODEL_DIR / "configs" / "maskrcnn_coco_1gpu.yaml"
+# Different synthetic batches the scaling mode cycles through.
+SCALING_BATCHES = 4
 
 
 def parse_args(argv=None):
@@ -78,29 +92,39 @@ def synthetic_batch(batch: int, size: int, device, seed: int = 0):
     return images, targets
 
 
-def steps_for(model, recipe: dict | None, a, device):
-    """(train_step, infer_step) closures over one synthetic batch: ``maskrcnn.train.train_step`` and
-    eval-mode inference. ``recipe`` (ours) applies its speed settings; None (torchvision) runs eager
-    with cuDNN autotuning off."""
-    import itertools
+def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
+    """The recipe's training step (maskrcnn.step.TrainStep on the recipe's model, its speed section
+    applied, DDP-wrapped for several processes) on synthetic batches of run.batch_per_gpu square images
+    of ``data.min_size`` pixels, run.accumulation of them a step: zoo.scaling's step."""
+    run = run_config(recipe)
+    min_size = recipe["data"]["min_size"]
+    size = min(min_size) if isinstance(min_size, list) else min_size
+    model = prepare_for_speed(model_from_recipe(recipe, 91).to(device), recipe, device)
+    step = TrainStep(recipe, model, device, world_size=world_size)
+    batches = [synthetic_batch(run.batch_per_gpu, size, device, seed) for seed in range(SCALING_BATCHES)]
+    micro_batches = itertools.cycle(batches)
+    step.train()
+    return zoo.scaling.Step(
+        lambda: step(micro_batches), items=run.batch_per_gpu * run.accumulation, unit="img/s", model=model
+    )
 
-    from zoo.torch import parameter_groups
 
-    from maskrcnn.model import prepare_for_speed
-    from maskrcnn.train import train_step as one_step
-
+def steps_for(model, recipe: dict, a, device, *, speed: bool):
+    """(train_step, infer_step) closures over one synthetic batch: ``recipe``'s training step
+    (maskrcnn.step.TrainStep, ``--batch-size`` images a step in ``--amp``) and eval-mode inference.
+    ``speed`` (ours) applies the recipe's speed settings; else (torchvision) the model runs eager with
+    cuDNN autotuning off."""
     model = model.to(device)
-    if recipe is not None:
+    if speed:
         prepare_for_speed(model, recipe, device)
     elif device.type == "cuda":
         torch.backends.cudnn.benchmark = False
     batches = itertools.repeat(synthetic_batch(a.batch_size, a.image_size, device))
-    opt = torch.optim.SGD(parameter_groups(model, 1e-4), lr=1e-3, momentum=0.9)
-    scaler = grad_scaler(device, a.amp)
+    step = TrainStep(recipe, model, device)
 
     def train_step():
-        model.train()
-        one_step(model, batches, opt, scaler, device=device, amp=a.amp)
+        step.train()
+        step(batches)
 
     @torch.no_grad()
     def infer_step():
@@ -111,20 +135,26 @@ def steps_for(model, recipe: dict | None, a, device):
     return train_step, infer_step
 
 
-def build(name: str, a):
-    """(model, recipe): ours from ``--recipe``/``--set`` at the benchmark's image size; torchvision's
-    ``maskrcnn_resnet50_fpn`` with its own defaults (recipe None)."""
-    size = {"min_size": a.image_size, "max_size": max(a.image_size, 1333)}
-    if name == "ours":
-        from zoo.recipe import load_recipe, parse_overrides
+def benchmark_recipe(a) -> dict:
+    """``--recipe`` with ``--set`` items at the benchmark's image size, ``--batch-size`` images a step
+    (no accumulation) and ``--amp``: the step both models run."""
+    from zoo.recipe import load_recipe, parse_overrides
 
-        overrides = parse_overrides(a.set)
-        overrides.update({"data.min_size": size["min_size"], "data.max_size": size["max_size"]})
-        r = load_recipe(a.recipe, overrides, known_keys_from=MODEL_DIR / "configs")
-        return model_from_recipe(r, 91), r
+    overrides = parse_overrides(a.set)
+    overrides.update({"data.min_size": a.image_size, "data.max_size": max(a.image_size, 1333)})
+    overrides.update({"run.batch_per_gpu": a.batch_size, "run.accumulation": 1, "run.precision": a.amp})
+    return load_recipe(a.recipe, overrides, known_keys_from=MODEL_DIR / "configs")
+
+
+def build(name: str, recipe: dict):
+    """Ours from the recipe at the benchmark's image size; torchvision's ``maskrcnn_resnet50_fpn`` with
+    its own defaults at the same size."""
+    if name == "ours":
+        return model_from_recipe(recipe, 91)
     from torchvision.models.detection import maskrcnn_resnet50_fpn
 
-    return maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=91, **size), None
+    size = {"min_size": recipe["data"]["min_size"], "max_size": recipe["data"]["max_size"]}
+    return maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=91, **size)
 
 
 def run(a) -> list[dict]:
@@ -137,13 +167,14 @@ def run(a) -> list[dict]:
     names = [m for m in a.models.split(",") if m]
     for m in names:
         if m not in ("ours", "torchvision"):
-            raise SystemExit(f"error: unknown model '{m}' in --models (choose from ours, torchvision)")
+            raise UserError(f"unknown model '{m}' in --models (choose from ours, torchvision)")
+    recipe = benchmark_recipe(a)
     results = []
     for name in names:
         # Same initial weights for every model and run: with random weights the number of proposals
         # that survive NMS, and so the ROI heads' work, changes from one initialisation to the next.
         torch.manual_seed(0)
-        train_step, infer_step = steps_for(*build(name, a), a, device)
+        train_step, infer_step = steps_for(build(name, recipe), recipe, a, device, speed=name == "ours")
         for mode in modes:
             fn = train_step if mode == "train" else infer_step
             s = measure(
@@ -180,15 +211,13 @@ def run(a) -> list[dict]:
 
 @entry_point
 def main(argv=None) -> None:
+    if zoo.scaling.asked_for(argv):
+        zoo.scaling.main(argv, module="maskrcnn.benchmark", build=scaling_step, default_recipe=DEFAULT_RECIPE)
+        return
     a = parse_args(argv)
     results = run(a)
     if a.output and results:
-        from zoo.bench import write_report
-
-        on_gpu = torch.cuda.is_available() and (a.device or "cuda").startswith("cuda")
-        device_name = torch.cuda.get_device_name() if on_gpu else platform.processor()
-        write_report(a.output, results, device=device_name or "cpu", torch=torch.__version__)
-        print(f"wrote {a.output}", file=sys.stderr)
+        report_benchmark(a.output, results, a.device)
 
 
 if __name__ == "__main__":

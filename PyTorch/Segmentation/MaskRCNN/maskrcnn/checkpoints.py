@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 from zoo.cli import entry_point
-from zoo.errors import one_line
+from zoo.errors import UserError, one_line
 
 from maskrcnn.model import build_model, load_torchvision_state
 
@@ -31,8 +31,8 @@ def convert_torchvision(source, target, *, variant: str = "v1", recipe=DEFAULT_R
         load_torchvision_state(build_model(COCO_CLASSES, variant=variant), state)
     except Exception as e:  # noqa: BLE001 - unpickling and layout problems read the same to a user
         line = one_line(e)
-        raise SystemExit(
-            f"error: {source} is not a torchvision Mask R-CNN {variant} state dict: {line[:200]}"
+        raise UserError(
+            f"{source} is not a torchvision Mask R-CNN {variant} state dict: {line[:200]}"
         ) from None
     r = load_recipe(recipe, {"model.variant": variant})
     target = Path(target)

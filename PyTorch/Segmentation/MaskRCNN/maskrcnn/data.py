@@ -15,21 +15,21 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from zoo.errors import one_line
+from zoo.errors import UserError, one_line
 
 # Polygon points may sit this many pixels outside the image (COCO's own polygons touch the border).
 POLYGON_SLACK = 2.0
 
 
 def fail(path, message: str):
-    raise SystemExit(f"error: {path}: {message}")
+    raise UserError(f"{path}: {message}")
 
 
 def read_annotations(path) -> dict:
-    """The COCO annotation file, checked (see the module docstring); SystemExit with one line if not."""
+    """The COCO annotation file, checked (see the module docstring); a UserError of one line if not."""
     path = Path(path)
     if not path.is_file():
-        raise SystemExit(f"error: annotation file {path} does not exist")
+        raise UserError(f"annotation file {path} does not exist")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -101,7 +101,7 @@ class CocoInstances(torch.utils.data.Dataset):
         self.image_dir = Path(image_dir)
         self.annotation_file = str(annotation_file)
         if not self.image_dir.is_dir():
-            raise SystemExit(f"error: image folder {self.image_dir} does not exist")
+            raise UserError(f"image folder {self.image_dir} does not exist")
         data = read_annotations(annotation_file)
         self.category_ids = sorted(c["id"] for c in data["categories"])
         self.category_names = {c["id"]: c["name"] for c in data["categories"]}
@@ -133,7 +133,7 @@ class CocoInstances(torch.utils.data.Dataset):
             with Image.open(path) as im:
                 image = F.to_dtype(F.pil_to_tensor(im.convert("RGB")), torch.float32, scale=True)
         except (FileNotFoundError, UnidentifiedImageError, OSError) as e:
-            raise SystemExit(f"error: cannot read image {path}: {one_line(e)}") from None
+            raise UserError(f"cannot read image {path}: {one_line(e)}") from None
         h, w = image.shape[1:]
         anns = self.annotations[info["id"]]
         boxes = torch.tensor([a["bbox"] for a in anns], dtype=torch.float32).reshape(-1, 4)

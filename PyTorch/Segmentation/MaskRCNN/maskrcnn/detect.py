@@ -12,33 +12,16 @@ from pathlib import Path
 import numpy as np
 import torch
 from zoo.cli import entry_point
-from zoo.errors import one_line
+from zoo.coco import PALETTE, read_image
 
-PALETTE = [
-    (230, 25, 75),
-    (60, 180, 75),
-    (255, 225, 25),
-    (0, 130, 200),
-    (245, 130, 48),
-    (145, 30, 180),
-    (70, 240, 240),
-    (240, 50, 230),
-    (210, 245, 60),
-    (250, 190, 212),
-]
 MASK_ALPHA = 0.45
 
 
 def load_image(path):
-    """(PIL image, float (3, H, W) tensor in [0, 1]); a one-line SystemExit if it cannot be read."""
-    from PIL import Image, UnidentifiedImageError
+    """(PIL image, float (3, H, W) tensor in [0, 1]); a UserError if it cannot be read."""
     from torchvision.transforms.v2 import functional as F
 
-    try:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
-    except (FileNotFoundError, UnidentifiedImageError, OSError) as e:
-        raise SystemExit(f"error: cannot read image {path}: {one_line(e)}") from None
+    im = read_image(path)
     return im, F.to_dtype(F.pil_to_tensor(im), torch.float32, scale=True)
 
 

@@ -13,48 +13,20 @@ checked as training reads them (a bad one ends in one line naming the annotation
 
 from __future__ import annotations
 
-import argparse
-import os
-
 from zoo.cli import entry_point
-from zoo.data.coco import BASE_URL, prepare_coco
+from zoo.coco import download_main
 
 
 @entry_point
 def main(argv=None) -> None:
-    from zoo.cli import parse_args
-
-    p = argparse.ArgumentParser(
+    download_main(
+        argv,
         prog="python -m maskrcnn.download",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        masks=True,
+        size=128,
+        synthetic_images=64,
     )
-    p.add_argument(
-        "--data-dir",
-        default=os.environ.get("DATA_DIR"),
-        help="where train2017/, val2017/, annotations/ go ($DATA_DIR)",
-    )
-    p.add_argument("--splits", default="train,val", help="comma list of train, val (annotations always)")
-    p.add_argument("--base-url", default=BASE_URL, help="mirror of images.cocodataset.org")
-    p.add_argument("--delete-zips", action="store_true", help="remove each archive once extracted")
-    p.add_argument(
-        "--synthetic", action="store_true", help="write the generated shapes set (train2017/val2017 layout)"
-    )
-    p.add_argument("--synthetic-images", type=int, default=64, help="training images of the shapes set")
-    a = parse_args(p, argv)
-    if not a.data_dir:
-        raise SystemExit("error: give --data-dir (or set DATA_DIR): the folder COCO goes into")
-    if a.synthetic:
-        from maskrcnn.shapes import make_shapes_coco
-
-        n = a.synthetic_images
-        make_shapes_coco(a.data_dir, images=n, split="train2017", seed=0)
-        make_shapes_coco(a.data_dir, images=max(1, n // 4), split="val2017", seed=1)
-        print(f"shapes set ({n} + {max(1, n // 4)} images) in {a.data_dir}")
-        return
-    splits = tuple(s for s in a.splits.split(",") if s)
-    out = prepare_coco(a.data_dir, splits, base_url=a.base_url, keep_zips=not a.delete_zips)
-    print(f"COCO 2017 ({', '.join(splits)}) ready in {out}")
 
 
 if __name__ == "__main__":

@@ -17,13 +17,13 @@ filter's Triton kernels cannot be traced, so it runs torchvision's code while tr
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 from torch import nn
 from zoo.cli import entry_point
+from zoo.coco import add_repository_args, replace_repository
 
 OUTPUTS = ("boxes", "labels", "scores", "masks")
 OPSET = 17
@@ -132,26 +132,16 @@ def main(argv=None) -> None:
         help="export an untrained model (smoke)",
     )
     p.add_argument("--num-classes", type=int, default=91, help="with --random-init")
-    p.add_argument(
-        "--repository", default="triton_repo", help="model repository folder (replaced if present)"
-    )
-    p.add_argument(
-        "--instance-kind",
-        choices=("KIND_GPU", "KIND_CPU"),
-        default="KIND_GPU",
-        help="instances of maskrcnn_onnx (the python model always runs on CPU)",
-    )
+    add_repository_args(p, onnx_models="maskrcnn_onnx")
     a = parse_args(p, argv)
     if a.checkpoint:
         model, _ = load_model(a.checkpoint, "cpu")
     else:
         torch.manual_seed(0)
         model = build_model(a.num_classes, variant=a.random_init)
-    repo = Path(a.repository)
-    if repo.exists():
-        shutil.rmtree(repo)
-    write_repository(model, repo, instance_kind=a.instance_kind)
-    print(f"wrote {', '.join(sorted(p.name for p in repo.iterdir()))} to {repo}")
+    replace_repository(
+        a.repository, lambda repo: write_repository(model, repo, instance_kind=a.instance_kind)
+    )
 
 
 if __name__ == "__main__":

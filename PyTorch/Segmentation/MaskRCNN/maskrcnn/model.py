@@ -31,6 +31,7 @@ from torchvision.models.detection.faster_rcnn import (
 from torchvision.models.detection.mask_rcnn import MaskRCNN, MaskRCNNHeads, MaskRCNNPredictor
 from torchvision.models.detection.rpn import RPNHead
 from torchvision.ops.misc import FrozenBatchNorm2d
+from zoo.errors import UserError
 
 # v1/v2: torchvision's two Mask R-CNN ResNet-50-FPN layouts. "tiny": a ResNet-18 trunk and 64-channel
 # FPN and heads in the same structure, for CPU tests and smoke runs only (no published checkpoint).
@@ -65,9 +66,9 @@ def build_model(
     layer1 stay fixed, as both MLPerf's reference and torchvision train it).
     """
     if variant not in VARIANTS:
-        raise SystemExit(f"error: unknown Mask R-CNN variant '{variant}' (choose from {', '.join(VARIANTS)})")
+        raise UserError(f"unknown Mask R-CNN variant '{variant}' (choose from {', '.join(VARIANTS)})")
     if not 0 <= trainable_layers <= 5:
-        raise SystemExit(f"error: trainable_layers must be 0..5, got {trainable_layers}")
+        raise UserError(f"trainable_layers must be 0..5, got {trainable_layers}")
     trunk = resnet50(weights=None, norm_layer=FrozenBatchNorm2d if frozen_bn else nn.BatchNorm2d)
     if variant == "tiny":
         trunk = resnet18(weights=None, norm_layer=FrozenBatchNorm2d if frozen_bn else nn.BatchNorm2d)
@@ -120,7 +121,7 @@ def model_from_recipe(recipe: dict, num_classes: int) -> MaskRCNN:
     )
     rpn_nms = recipe.get("speed", {}).get("rpn_nms", "torchvision")
     if rpn_nms not in RPN_NMS:
-        raise SystemExit(f"error: speed.rpn_nms must be one of {', '.join(RPN_NMS)}, got '{rpn_nms}'")
+        raise UserError(f"speed.rpn_nms must be one of {', '.join(RPN_NMS)}, got '{rpn_nms}'")
     # Triton defines its kernels at import (interpreted or compiled): imported only when asked for.
     # CPU-only PyTorch has no Triton, and no CUDA for the kernels: torchvision's filter, same proposals.
     if rpn_nms == "batched" and importlib.util.find_spec("triton") is not None:

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 from torchvision.models.detection.rpn import RegionProposalNetwork
 from torchvision.ops import boxes as box_ops
+from zoo.errors import UserError
 from zoo.torch import triton_interpreted
 
 from maskrcnn.model import RPN_NMS
@@ -227,6 +228,6 @@ def use_rpn_nms(model, rpn_nms: str):
     """Switch ``model.rpn`` (a torchvision ``RegionProposalNetwork``) to ``rpn_nms``: "batched" or
     "torchvision"; parameters and state-dict keys are unchanged. Returns the model."""
     if rpn_nms not in RPN_NMS:
-        raise SystemExit(f"error: speed.rpn_nms must be one of {', '.join(RPN_NMS)}, got '{rpn_nms}'")
+        raise UserError(f"speed.rpn_nms must be one of {', '.join(RPN_NMS)}, got '{rpn_nms}'")
     model.rpn.__class__ = BatchedNMSRegionProposalNetwork if rpn_nms == "batched" else RegionProposalNetwork
     return model

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mask R-CNN: training and inference images/s, ours next to torchvision maskrcnn_resnet50_fpn (JSON report with --output). Arguments go to maskrcnn.benchmark (--help lists them).
+# Mask R-CNN: training and inference images/s, ours next to torchvision maskrcnn_resnet50_fpn (JSON report with --output); --gpus 1,2,4: scaling of the recipe's training step over GPU counts (zoo.scaling). Arguments go to maskrcnn.benchmark (--help lists them).
 set -euo pipefail
 MODEL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${MODEL_DIR}:${PYTHONPATH:-}"

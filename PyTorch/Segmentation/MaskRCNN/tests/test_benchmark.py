@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -52,25 +55,48 @@ def test_old_precision_flag_names_amp():
 
 
 def test_ours_is_the_recipe_with_set_overrides_and_the_train_step(monkeypatch):
-    import maskrcnn.train
-    from maskrcnn.benchmark import build, parse_args, steps_for
+    import maskrcnn.step
+    from maskrcnn.benchmark import benchmark_recipe, build, parse_args, steps_for
 
     tiny = str(MODEL_DIR / "configs" / "shapes_cpu.yaml")
     a = parse_args(
         ["--smoke", "--device", "cpu", "--recipe", tiny, "--amp", "fp32"]
         + ["--set", "model.box_detections_per_img=7", "--set", "speed.compile=false"]
     )
-    model, recipe = build("ours", a)
+    recipe = benchmark_recipe(a)
+    model = build("ours", recipe)
     assert model.roi_heads.detections_per_img == 7  # the second --set did not drop the first
     assert recipe["speed"] == {"compile": False, "cudnn_benchmark": False, "rpn_nms": "torchvision"}
     calls = []
-    real = maskrcnn.train.train_step
-    monkeypatch.setattr(maskrcnn.train, "train_step", lambda *x, **k: calls.append(k) or real(*x, **k))
-    train, _ = steps_for(model, recipe, a, torch.device("cpu"))
+    real = maskrcnn.step.TrainStep.__call__
+    monkeypatch.setattr(
+        maskrcnn.step.TrainStep,
+        "__call__",
+        lambda step, *x: calls.append((step.device, step.amp)) or real(step, *x),
+    )
+    train, _ = steps_for(model, recipe, a, torch.device("cpu"), speed=True)
     train()
-    assert calls == [{"device": torch.device("cpu"), "amp": "fp32"}]
+    assert calls == [(torch.device("cpu"), "fp32")]
 
 
 def test_unknown_recipe_key_in_set_names_the_nearest():
     with pytest.raises(SystemExit, match="speed.compile"):
         main(["--smoke", "--device", "cpu", "--models", "ours", "--set", "speed.compiel=false"])
+
+
+@pytest.mark.timeout(600)
+def test_gpus_times_the_recipe_step_on_one_and_two_processes(tmp_path):
+    # Two gloo processes on the CPU: the shared scaling mode (zoo.scaling) over the CPU recipe's step.
+    out = tmp_path / "scaling.json"
+    tiny = str(MODEL_DIR / "configs" / "shapes_cpu.yaml")
+    command = ["bash", str(MODEL_DIR / "scripts" / "benchmark.sh"), "--gpus", "2", "--recipe", tiny]
+    command += ["--window-seconds", "0.2", "--windows", "1", "--warmup", "1", "--output", str(out)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHON": sys.executable}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [row["gpus"] for row in rows] == [1, 2]
+    assert [row["replicas_agree"] for row in rows] == [None, True]
+    assert all(row["batch_per_gpu"] == 2 and row["unit"] == "img/s" and row["throughput"] > 0 for row in rows)
+    assert rows[0]["scaling"] == pytest.approx(1.0) and "scripts/benchmark.sh --gpus 2" in done.stdout

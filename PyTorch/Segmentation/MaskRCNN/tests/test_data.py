@@ -6,6 +6,7 @@ import torch
 from maskrcnn.data import CocoInstances, GroupedBatchSampler, build_loader
 from maskrcnn.shapes import COLOURS, make_shapes_coco
 from PIL import Image
+from zoo.errors import UserError
 
 
 def test_shapes_masks_are_exactly_the_drawn_pixels(tmp_path):
@@ -89,17 +90,17 @@ def rle_of_other_size(data):
 )
 def test_bad_annotation_files_end_in_one_line(tmp_path, change, message):
     image_dir, ann = broken(tmp_path, change)
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         CocoInstances(image_dir, ann, train=True)
     text = str(e.value)
-    assert text == f"error: {ann}: {message}" and "\n" not in text
+    assert text == f"{ann}: {message}" and "\n" not in text
 
 
 def test_missing_annotation_file_and_bad_json(tmp_path):
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         CocoInstances(tmp_path, tmp_path / "none.json", train=True)
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(SystemExit, match="not valid JSON"):
+    with pytest.raises(UserError, match="not valid JSON"):
         CocoInstances(tmp_path, tmp_path / "bad.json", train=True)
 
 

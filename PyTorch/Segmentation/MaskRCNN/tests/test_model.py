@@ -1,6 +1,7 @@
 import pytest
 import torch
 from maskrcnn.model import build_model, load_backbone_state, load_torchvision_state
+from zoo.errors import UserError
 
 
 def randomise_batchnorm(model):
@@ -77,7 +78,7 @@ def test_backbone_init_from_imagenet_resnet50_layout():
 
 
 def test_unknown_variant_is_one_line():
-    with pytest.raises(SystemExit, match="unknown Mask R-CNN variant 'v3'"):
+    with pytest.raises(UserError, match="unknown Mask R-CNN variant 'v3'"):
         build_model(91, variant="v3")
 
 
@@ -91,6 +92,6 @@ def test_converted_torchvision_file_is_read_by_evaluate_detect_and_export(tmp_pa
     out = convert_torchvision(tmp_path / "tv.pt", tmp_path / "model.pt", variant="v1")
     model, state = load_model(str(out), "cpu")
     assert state["recipe"]["model"]["variant"] == "v1" and state["num_classes"] == 91
-    with pytest.raises(SystemExit, match="not a torchvision Mask R-CNN v2 state dict"):
+    with pytest.raises(UserError, match="not a torchvision Mask R-CNN v2 state dict"):
         convert_torchvision(tmp_path / "tv.pt", tmp_path / "v2.pt", variant="v2")
     assert not (tmp_path / "v2.pt").exists()

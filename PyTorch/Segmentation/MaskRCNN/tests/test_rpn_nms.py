@@ -9,6 +9,7 @@ import torch
 from maskrcnn.rpn_nms import INTERPRETED, BatchedNMSRegionProposalNetwork, greedy_nms_keep
 from torchvision.models.detection.rpn import RegionProposalNetwork
 from torchvision.ops import nms
+from zoo.errors import UserError
 
 interpreted = INTERPRETED  # conftest.py turns Triton's interpreter on where there is no GPU
 # 0/0 IoU of two zero-area boxes is NaN, "not above the threshold", as in torchvision's kernels
@@ -185,7 +186,7 @@ def test_recipe_key_selects_the_filter():
     assert type(model.rpn) is BatchedNMSRegionProposalNetwork
     assert model.state_dict().keys() == build_model(3, variant="tiny").state_dict().keys()
     recipe["speed"] = {"rpn_nms": "fast"}
-    with pytest.raises(SystemExit, match="speed.rpn_nms must be one of batched, torchvision"):
+    with pytest.raises(UserError, match="speed.rpn_nms must be one of batched, torchvision"):
         model_from_recipe(recipe, 3)
 
 
