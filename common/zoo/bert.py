@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from zoo.data.squad import DEV_FILE, TRAIN_FILE  # the files scripts/download_data.sh squad writes
 from zoo.errors import UserError
 
 # ----------------------------------------------------------------------------------------- model sizes
@@ -169,8 +170,6 @@ def pretraining_recipe(args, flag_keys: dict | None = None) -> dict:
     return recipe
 
 
-# The file names scripts/download_data.sh squad writes (both BERTs read them from --data-dir).
-TRAIN_FILE, DEV_FILE = "train-v1.1.json", "dev-v1.1.json"
 # SQuAD flags of both BERTs -> the recipe keys they set (zoo.cli.RUN_FLAGS adds --amp, --batch-size,
 # --epochs, --steps (--max-steps), --seed and --target-f1).
 SQUAD_FLAG_KEYS = {"model": "model", "lr": "optimizer.lr", "max_seq": "max_seq", "doc_stride": "doc_stride"}
@@ -330,3 +329,83 @@ class MLPerfBlocks:
     def eval_stop(self, step: int, accuracy: float) -> None:
         self.mlperf.eval_stop(step * self.global_batch)
         self.mlperf.eval_accuracy(accuracy, step * self.global_batch)
+
+
+# ------------------------------------------------------------------------------- the Triton client
+
+
+def deploy_parser(prog: str, description: str, *, repository: str, model: str, models_help: str):
+    """The command line of both BERTs' ``deploy_triton.sh``: the repository and model, a question and its
+    context or a SQuAD file, the server (``--url`` or a local one) and the load mode's flags."""
+    from zoo.triton.load import add_load_args
+
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--model-repository", default=repository)
+    p.add_argument("--model", default=model, help=models_help)
+    p.add_argument("--vocab", help="vocab.txt (default: the repository's copy)")
+    p.add_argument("--url", help="host:port of a running server (default: start a local one)")
+    p.add_argument("--protocol", choices=["http", "grpc"], default="http")
+    p.add_argument("--question", help="a question about --context")
+    p.add_argument("--context", help="the paragraph that holds the answer")
+    p.add_argument("--squad-file", help="answer the questions of a SQuAD JSON file instead")
+    p.add_argument("--limit", type=int, default=16, help="questions of --squad-file to answer")
+    p.add_argument("--max-seq", type=int, default=384)
+    p.add_argument("--doc-stride", type=int, default=128)
+    add_load_args(p)
+    return p
+
+
+def questions_of(path) -> list:
+    """The questions (zoo.data.squad.Example) of a SQuAD-format JSON file; answers are not needed to ask
+    them (unlike training and scoring, which read the file with zoo.data.squad.read_squad and its checks)."""
+    from zoo.data.squad import Example, load_squad_json
+
+    raw = load_squad_json(path)
+    try:
+        return [
+            Example(qa["id"], qa["question"], paragraph["context"])
+            for article in raw
+            for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]
+        ]
+    except (KeyError, TypeError) as e:
+        raise UserError(f"{path} is not a SQuAD file: a question lacks {e}") from None
+
+
+def ask_triton(args) -> dict:
+    """``deploy_parser``'s command: serve ``--model`` of the repository with a local tritonserver (or use
+    ``--url``), ask the questions (windowed and decoded on this side, zoo.data.squad), print each answer as
+    a JSON line and the latency, or, with ``--concurrency``, the load table. Returns {"answers",
+    "latency_ms_p50", "latency_ms_p99"} or {"load": rows}."""
+    import json
+
+    from zoo.bench import percentiles
+    from zoo.data.squad import Example, answer_through_triton, make_features, request_inputs
+    from zoo.data.wordpiece import load_tokenizer
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import run_load_mode
+
+    repo = Path(args.model_repository)
+    if args.url is None and not (repo / args.model / "config.pbtxt").is_file():
+        raise UserError(f"{repo} has no model {args.model} (run scripts/export_triton.sh)")
+    tokenizer = load_tokenizer(Path(args.vocab) if args.vocab else repo / "vocab.txt")
+    if args.squad_file:
+        examples = questions_of(args.squad_file)[: args.limit]
+    elif args.question and args.context:
+        examples = [Example("question", args.question, args.context)]
+    else:
+        raise UserError("give --question and --context, or --squad-file")
+    with serve_or_connect(repo, args.model, url=args.url, protocol=args.protocol) as url:
+        if args.concurrency:
+            features = make_features(examples, tokenizer, max_seq=args.max_seq, doc_stride=args.doc_stride)
+            requests = request_inputs(features, 8)
+            return {
+                "load": run_load_mode(url, args.model, requests, args, outputs=["start_logits", "end_logits"])
+            }
+        window = dict(protocol=args.protocol, max_seq=args.max_seq, doc_stride=args.doc_stride)
+        answers, latencies = answer_through_triton(url, args.model, examples, tokenizer, **window)
+    for example in examples:
+        print(json.dumps({"id": example.qid, "question": example.question, "answer": answers[example.qid]}))
+    stats = percentiles(latencies, (50, 99))
+    print(f"{len(latencies)} requests, latency p50 {stats['p50']:.1f} ms, p99 {stats['p99']:.1f} ms")
+    return {"answers": answers, "latency_ms_p50": stats["p50"], "latency_ms_p99": stats["p99"]}

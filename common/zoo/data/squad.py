@@ -34,30 +34,6 @@ SQUAD_URLS = {
 TRAIN_FILE, DEV_FILE = "train-v1.1.json", "dev-v1.1.json"
 
 
-def complete_squad_args(parser, args):
-    """Fill ``--train-file`` / ``--predict-file`` from ``--data-dir`` and check that what
-    ``--do-train`` / ``--do-predict`` need is there (``parser.error`` otherwise); returns ``args``."""
-    if args.data_dir:
-        args.train_file = args.train_file or str(Path(args.data_dir) / TRAIN_FILE)
-        args.predict_file = args.predict_file or str(Path(args.data_dir) / DEV_FILE)
-    if not (args.do_train or args.do_predict):
-        parser.error("give --do-train and/or --do-predict")
-    if args.do_train and not args.train_file:
-        parser.error("--do-train needs --train-file or --data-dir")
-    if args.do_predict and not args.predict_file:
-        parser.error("--do-predict needs --predict-file or --data-dir")
-    return args
-
-
-def check_target_f1(recipe: dict, do_predict: bool) -> None:
-    """``target_f1`` is a percentage and needs predictions on the dev set: one-line errors otherwise."""
-    target = recipe.get("target_f1")
-    if target is not None and not 1 < target <= 100:
-        raise UserError(f"target_f1 {target} is not a percentage in (1, 100] (e.g. 90.5)")
-    if target is not None and not do_predict:
-        raise UserError("--target-f1 needs --do-predict (F1 is measured on the dev set)")
-
-
 def normalize_answer(text: str) -> str:
     text = text.lower()
     text = "".join(ch for ch in text if ch not in set(string.punctuation))

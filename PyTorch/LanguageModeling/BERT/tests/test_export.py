@@ -9,11 +9,10 @@ import sys
 import numpy as np
 import pytest
 import torch
-from bert.deploy import answer_through_triton
 from bert.export import export_onnx, export_torchscript, write_repository
 from bert.inference import inference_model, load_squad_model
 from bert.model import BertForQuestionAnswering, bert_config
-from zoo.data.squad import Example, best_spans, make_features
+from zoo.data.squad import Example, answer_through_triton, best_spans, make_features
 from zoo.data.wordpiece import load_tokenizer
 from zoo.errors import UserError
 from zoo.triton.repository import single_model_repository

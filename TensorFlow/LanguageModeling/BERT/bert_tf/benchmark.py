@@ -2,7 +2,7 @@
 
     python -m bert_tf.benchmark --recipe configs/pretrain_phase1_8gpu.yaml --amp bf16 --output bench.json
 
-"ours" is the recipe's training step (``bert_tf.pretrain.build_train_step``: our Keras BERT, LAMB, the
+"ours" is the recipe's training step (``bert_tf.step.build_pretraining_train_step``: our Keras BERT, LAMB, the
 recipe's precision and XLA setting) on random full-length 128-token samples. The reference is
 ``keras_hub.models.BertMaskedLM`` (the Keras-native alternative) of the same size, trained by a plain
 GradientTape step with the same LAMB, precision and XLA setting. Both are timed by ``zoo.bench.measure``
@@ -14,30 +14,34 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from zoo.cli import add_run_args, entry_point, recipe_from_args
 from zoo.cli import parse_args as parse_shared_args
+from zoo.recipe import run_config
 
-MODEL_DIR = Path(__file__).resolve().parents[1]
-FLAG_KEYS = {"model": "model", "batch_size": "batch_size", "max_seq": "max_seq", "xla": "xla"}
+from bert_tf.step import CONFIG_DIR
+
+# recipe keys of this benchmark's own flags (zoo.cli.RUN_FLAGS maps --batch-size to run.batch_per_gpu)
+FLAG_KEYS = {"model": "model", "max_seq": "max_seq", "xla": "xla", "vocab_size": "vocab_size"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="benchmark.sh", description=__doc__.splitlines()[0])
     add_run_args(
         p,
-        default_recipe=MODEL_DIR / "configs" / "pretrain_phase1_8gpu.yaml",
+        default_recipe=CONFIG_DIR / "pretrain_phase1_8gpu.yaml",
         data_dir=False,
         results_dir=False,
         resume=False,
     )
     p.add_argument("--output", help="write the JSON report (zoo.bench schema) here")
     p.add_argument("--model", help="bert-large, bert-base or bert-tiny (default: the recipe's)")
-    p.add_argument("--batch-size", type=int, help="sequences per step (default: the recipe's micro-batch)")
+    p.add_argument(
+        "--batch-size", type=int, help="sequences per step (default: the recipe's run.batch_per_gpu)"
+    )
     p.add_argument("--max-seq", type=int, help="default: the recipe's (128 in phase 1)")
     p.add_argument("--xla", action="store_const", const=True, help="XLA on (default: the recipe's)")
-    p.add_argument("--vocab-size", type=int, default=30522)
+    p.add_argument("--vocab-size", type=int, help="embedding rows (recipe key vocab_size)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (XLA compiles in the first)")
     p.add_argument("--iters", type=int, default=10, help="timed steps per window")
     p.add_argument("--windows", type=int, default=3)
@@ -65,7 +69,8 @@ def keras_hub_step(recipe: dict, vocab_size: int, xla: bool):
         max_sequence_length=config.max_position_embeddings,
     )  # fmt: skip
     model = keras_hub.models.BertMaskedLM(backbone, preprocessor=None)
-    optimizer = build_optimizer(recipe, recipe["amp"])
+    run = run_config(recipe)
+    optimizer = build_optimizer(recipe, run.precision, run.steps)
     scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
     def gradients(batch):
@@ -98,7 +103,7 @@ def keras_hub_step(recipe: dict, vocab_size: int, xla: bool):
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     recipe = recipe_from_args(args, FLAG_KEYS)
-    recipe["accumulation"] = 1  # throughput per micro-step; accumulation only changes how often LAMB runs
+    run = run_config(recipe)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from zoo.tf import make_runtime
 
@@ -111,12 +116,12 @@ def main(argv=None) -> list[dict]:
     from bert_tf.data import SyntheticMicroBatches, stacked
     from bert_tf.lamb import build_optimizer
     from bert_tf.model import bert_config, build_pretrainer, parameter_count
-    from bert_tf.pretrain import PRECISIONS, build_train_step
+    from bert_tf.step import PRECISIONS, build_pretraining_train_step
 
-    keras.mixed_precision.set_global_policy(PRECISIONS[recipe["amp"]])
+    keras.mixed_precision.set_global_policy(PRECISIONS[run.precision])
     keras.utils.set_random_seed(0)
-    batch, seq, xla = int(recipe["batch_size"]), int(recipe["max_seq"]), bool(recipe.get("xla", False))
-    source = SyntheticMicroBatches(batch, seq, int(recipe["max_predictions"]), args.vocab_size)
+    batch, seq, xla = run.batch_per_gpu, int(recipe["max_seq"]), bool(recipe["xla"])
+    source = SyntheticMicroBatches(batch, seq, int(recipe["max_predictions"]), recipe["vocab_size"])
     ours_batch = {k: tf.constant(v) for k, v in stacked(source, 0, 1).items()}
     plain_batch = {k: tf.constant(v) for k, v in source(0).items()}
     device = (tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU"))[0].name
@@ -125,7 +130,7 @@ def main(argv=None) -> list[dict]:
         tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU") if gpus else "CPU"
     )
     print(
-        f"{recipe['model']} seq {seq} batch {batch} {recipe['amp']}{' XLA' if xla else ''} on {device_name}",
+        f"{recipe['model']} seq {seq} batch {batch} {run.precision}{' XLA' if xla else ''} on {device_name}",
         file=sys.stderr,
     )
 
@@ -141,17 +146,18 @@ def main(argv=None) -> list[dict]:
         )  # fmt: skip
         row = {"mode": "train", "impl": name, "model": recipe["model"], "batch": batch, "seq": seq}
         row.update(
-            amp=recipe["amp"], xla=xla, parameters=params, sequences_per_s=summary["throughput"], **summary
+            amp=run.precision, xla=xla, parameters=params, sequences_per_s=summary["throughput"], **summary
         )
         print(f"{name}: {summary['throughput']:.1f} seq/s ({params / 1e6:.1f}M parameters)", file=sys.stderr)
         return row
 
-    config = bert_config(recipe["model"], vocab_size=args.vocab_size)
+    config = bert_config(recipe["model"], vocab_size=recipe["vocab_size"])
     model = build_pretrainer(config, nsp=False)
-    optimizer = build_optimizer(recipe, recipe["amp"])
-    ours = build_train_step(runtime, model, optimizer, accumulation=1, nsp=False, xla=xla)
+    optimizer = build_optimizer(recipe, run.precision, run.steps)
+    # throughput per micro-step: accumulation only changes how often LAMB runs
+    ours = build_pretraining_train_step(runtime, model, optimizer, accumulation=1, nsp=False, xla=xla)
     results = [timed(ours, ours_batch, "ours", parameter_count(model))]
-    reference = None if args.no_keras_hub else keras_hub_step(recipe, args.vocab_size, xla)
+    reference = None if args.no_keras_hub else keras_hub_step(recipe, recipe["vocab_size"], xla)
     if reference is None and not args.no_keras_hub:
         print("keras_hub is not installed: only ours was timed", file=sys.stderr)
     if reference is not None:

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
-from zoo.errors import one_line
+from zoo.errors import UserError, one_line
 
 _SKIP = re.compile(r"(adam_m|adam_v|global_step|bad_steps|good_steps|loss_scale|_power|Momentum|LAMB)")
 # heads that one task's model has and another's lacks (pretraining -> SQuAD and back)
@@ -85,8 +85,8 @@ def load_google(model, values: dict[str, np.ndarray], *, strict_heads: bool = Fa
     unexpected = [k for k in values if k not in targets]
     bad = [k for k in missing + unexpected if strict_heads or not k.startswith(HEAD_PREFIXES)]
     if bad:
-        raise SystemExit(
-            f"error: checkpoint does not fit the model: missing {[k for k in missing if k in bad][:3]}, "
+        raise UserError(
+            f"checkpoint does not fit the model: missing {[k for k in missing if k in bad][:3]}, "
             f"unexpected {[k for k in unexpected if k in bad][:3]}"
         )
     for name, (variable, transposed) in targets.items():
@@ -95,8 +95,8 @@ def load_google(model, values: dict[str, np.ndarray], *, strict_heads: bool = Fa
         array = np.asarray(values[name])
         array = array.T if transposed else array
         if tuple(array.shape) != tuple(variable.shape):
-            raise SystemExit(
-                f"error: checkpoint {name} has shape {tuple(array.shape)}, the model {tuple(variable.shape)} "
+            raise UserError(
+                f"checkpoint {name} has shape {tuple(array.shape)}, the model {tuple(variable.shape)} "
                 "(another model size or vocabulary?)"
             )
         variable.assign(array.astype(np.float32))
@@ -176,7 +176,7 @@ def detect_layout(names) -> str:
         return "torch"
     if any(n.startswith(("bert.encoder.", "cls.")) or ".LayerNorm." in n for n in names):
         return "hf"
-    raise SystemExit(f"error: not a BERT checkpoint: first names {names[:3]}")
+    raise UserError(f"not a BERT checkpoint: first names {names[:3]}")
 
 
 def to_google(state: dict) -> dict[str, np.ndarray]:
@@ -199,7 +199,7 @@ def to_google(state: dict) -> dict[str, np.ndarray]:
         kind = {"weight": "kernel", "bias": "bias", "gamma": "gamma", "beta": "beta"}[kind]
         google = _google_module(layout, module)
         if google is None:
-            raise SystemExit(f"error: unknown BERT parameter {key} ({layout} layout)")
+            raise UserError(f"unknown BERT parameter {key} ({layout} layout)")
         if google.startswith("bert/embeddings/") and google.endswith("_embeddings"):
             out[google] = value
             continue
@@ -251,30 +251,28 @@ def read_weights(path) -> dict[str, np.ndarray]:
         try:
             reader = tf.train.load_checkpoint(str(prefix))
         except (tf.errors.OpError, ValueError) as e:
-            raise SystemExit(f"error: cannot read checkpoint {prefix}: {one_line(e)}") from None
+            raise UserError(f"cannot read checkpoint {prefix}: {one_line(e)}") from None
         state = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
         if not any(name.startswith("bert/") for name in state):
-            raise SystemExit(
-                f"error: {prefix} is not a Google BERT checkpoint (a training run's? pass its run directory)"
+            raise UserError(
+                f"{prefix} is not a Google BERT checkpoint (a training run's? pass its run directory)"
             )
         return to_google(state)
     if not path.is_file():
-        raise SystemExit(f"error: checkpoint {path} does not exist")
+        raise UserError(f"checkpoint {path} does not exist")
     if path.suffix == ".npz":
         try:
             with np.load(path) as data:
                 return to_google({k: data[k] for k in data.files})
         except (OSError, ValueError, zipfile.BadZipFile) as e:
-            raise SystemExit(f"error: {path} is not a readable .npz: {e}") from None
+            raise UserError(f"{path} is not a readable .npz: {e}") from None
     if path.suffix == ".safetensors":
         try:
             from safetensors.numpy import load_file
         except ImportError:
-            raise SystemExit(
-                f"error: {path} needs the safetensors package (pip install safetensors)"
-            ) from None
+            raise UserError(f"{path} needs the safetensors package (pip install safetensors)") from None
         return to_google(load_file(str(path)))
-    raise SystemExit(f"error: {path}: not a checkpoint prefix, Google zip, .npz or .safetensors")
+    raise UserError(f"{path}: not a checkpoint prefix, Google zip, .npz or .safetensors")
 
 
 def unpack_google_zip(path) -> Path:
@@ -285,7 +283,7 @@ def unpack_google_zip(path) -> Path:
     try:
         return unpack_bert_tf_zip(path)
     except CheckpointError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise UserError(f"{e}") from None
 
 
 def read_google_config(checkpoint) -> dict | None:
@@ -296,44 +294,43 @@ def read_google_config(checkpoint) -> dict | None:
     return json.loads(found[0].read_text()) if found else None
 
 
-def find_run_checkpoint(path) -> tuple[str, Path | None] | None:
-    """(tf.train.Checkpoint prefix, run directory) for a run directory, its checkpoints/ or a prefix;
-    None when ``path`` is none of these (then it is a weights file)."""
-    import tensorflow as tf
+# The name zoo.tf.save_training_checkpoint gives this model's checkpoints (pretraining and SQuAD runs alike;
+# their state's ``task`` says which), and how an error names them.
+CHECKPOINT_OWNER = "TensorFlow BERT"
+CHECKPOINT_WHAT = "a TensorFlow BERT checkpoint"
+
+
+def find_run_checkpoint(path, flag: str = "--init-checkpoint") -> dict | None:
+    """The state of a training run's checkpoint (zoo.tf.save_training_checkpoint: task, config, step, ...)
+    at ``path`` (the run directory, its checkpoint/ folder, latest.json or one step-N folder), with
+    ``folder``; None when ``path`` is none of these (then it is a weights file)."""
+    from zoo.checkpoint_folder import CHECKPOINT_NAME, LATEST, STATE
+    from zoo.tf import load_training_checkpoint
 
     path = Path(path)
-    for run_dir in (path, path.parent):
-        if (run_dir / "checkpoints").is_dir() and path in (run_dir, run_dir / "checkpoints"):
-            latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
-            if not latest:
-                raise SystemExit(f"error: {run_dir / 'checkpoints'} holds no checkpoint")
-            return latest, run_dir
-    if Path(str(path) + ".index").is_file() and path.parent.name == "checkpoints":
-        return str(path), path.parent.parent
-    return None
-
-
-def read_run_info(run_dir: Path | None) -> dict:
-    if run_dir is None or not (run_dir / "run.json").is_file():
-        return {}
-    return json.loads((run_dir / "run.json").read_text())
+    markers = (path / CHECKPOINT_NAME / LATEST, path / LATEST, path / STATE)
+    if not any(marker.is_file() for marker in markers) and not (
+        path.name in (LATEST, STATE) and path.is_file()
+    ):
+        return None
+    return load_training_checkpoint(path, name=CHECKPOINT_OWNER, what=CHECKPOINT_WHAT, flag=flag)
 
 
 def named_weights(model) -> dict:
-    """{Google name: variable}: what training checkpoints hold the weights under (tf.train.Checkpoint
-    ``weights=``), so that they do not depend on how Keras tracks nested layers."""
+    """{Google name: variable}: what training checkpoints hold the weights under (``weights``), so that
+    they do not depend on how Keras tracks nested layers."""
     return {name: variable for name, (variable, _) in google_variables(model).items()}
 
 
-def restore_run(model, prefix: str) -> None:
-    """The model's weights from a training run's tf.train.Checkpoint of the same task; every weight must be there."""
-    import tensorflow as tf
+def restore_run(model, found: dict, flag: str = "--init-checkpoint") -> None:
+    """The model's weights from a training run's checkpoint of the same task (``found``, from
+    find_run_checkpoint); every weight must be there."""
+    from zoo.tf import load_training_checkpoint
 
-    try:
-        status = tf.train.Checkpoint(weights=named_weights(model)).restore(prefix)
-        status.expect_partial().assert_existing_objects_matched()
-    except (ValueError, AssertionError, tf.errors.OpError) as e:
-        raise SystemExit(f"error: checkpoint {prefix} does not fit the model: {one_line(e)}") from None
+    load_training_checkpoint(
+        found["folder"], {"weights": named_weights(model)}, name=CHECKPOINT_OWNER, what=CHECKPOINT_WHAT,
+        flag=flag, partial=True,
+    )  # fmt: skip
 
 
 def load_weights(model, source, *, strict_heads: bool = False) -> dict:
@@ -343,23 +340,21 @@ def load_weights(model, source, *, strict_heads: bool = False) -> dict:
     """
     found = find_run_checkpoint(source)
     if found is not None:
-        prefix, run_dir = found
-        info = read_run_info(run_dir)
-        if info.get("task") == getattr(model, "task", None):
-            restore_run(model, prefix)
+        if found["task"] == getattr(model, "task", None):
+            restore_run(model, found)
             return {"missing": [], "unexpected": []}
-        return load_google(model, _google_from_run(prefix, info), strict_heads=strict_heads)
+        return load_google(model, _google_from_run(found), strict_heads=strict_heads)
     return load_google(model, read_weights(source), strict_heads=strict_heads)
 
 
-def _google_from_run(prefix: str, info: dict) -> dict[str, np.ndarray]:
+def _google_from_run(found: dict) -> dict[str, np.ndarray]:
     """A run's weights under Google's names: rebuild its model, restore, read back."""
     from bert_tf.model import BertConfig, build_pretrainer, build_question_answering
 
-    config = BertConfig.from_dict(info["config"])
-    if info.get("task") == "squad":
+    config = BertConfig.from_dict(found["config"])
+    if found["task"] == "squad":
         model = build_question_answering(config)
     else:
-        model = build_pretrainer(config, nsp=bool(info.get("nsp", False)))
-    restore_run(model, prefix)
+        model = build_pretrainer(config, nsp=bool(found.get("nsp", False)))
+    restore_run(model, found)
     return model_to_google(model)

@@ -10,6 +10,7 @@ N replicas read the N slices of one global batch.
 from __future__ import annotations
 
 import numpy as np
+from zoo.errors import UserError
 
 
 def open_pretraining_data(data_dir, seed: int = 0):
@@ -46,8 +47,8 @@ class MicroBatches:
         self.global_batch = batch_size * world_size
         self.per_epoch = len(data) // self.global_batch
         if self.per_epoch == 0:
-            raise SystemExit(
-                f"error: {len(data)} samples in {data.dir} are fewer than one global batch of {self.global_batch}"
+            raise UserError(
+                f"{len(data)} samples in {data.dir} are fewer than one global batch of {self.global_batch}"
             )
 
     def __call__(self, index: int) -> dict[str, np.ndarray]:

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 OUTPUT_NAMES = ("start_logits", "end_logits")
@@ -70,7 +71,7 @@ def export_onnx(model, path) -> Path:
     try:
         import tf2onnx
     except ImportError as e:
-        raise SystemExit(f"error: ONNX export needs tf2onnx (pip install -r requirements.txt): {e}") from None
+        raise UserError(f"ONNX export needs tf2onnx (pip install -r requirements.txt): {e}") from None
     import onnx
 
     path = Path(path)
@@ -152,14 +153,12 @@ def load_squad_model(checkpoint, vocab_size: int, model_name: str = "bert-large"
     from bert_tf.model import build_question_answering
 
     if not Path(checkpoint).exists() and not Path(str(checkpoint) + ".index").exists():
-        raise SystemExit(f"error: checkpoint {checkpoint} does not exist")
+        raise UserError(f"checkpoint {checkpoint} does not exist")
     config = model_config({"model": model_name}, vocab_size, str(checkpoint))
     model = build_question_answering(config)
     report = load_weights(model, checkpoint)
     if report["missing"]:
-        raise SystemExit(
-            f"error: {checkpoint} has no SQuAD span head ({report['missing'][0]}): fine-tune it first"
-        )
+        raise UserError(f"{checkpoint} has no SQuAD span head ({report['missing'][0]}): fine-tune it first")
     return model
 
 
@@ -178,7 +177,7 @@ def main(argv=None) -> list[Path]:
     p.add_argument("--no-savedmodel", action="store_true", help="ONNX and python models only")
     args = p.parse_args(argv)
     if args.max_batch_size < 1:
-        raise SystemExit("error: --max-batch-size must be >= 1")
+        raise UserError("--max-batch-size must be >= 1")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from zoo.data.wordpiece import load_tokenizer
 

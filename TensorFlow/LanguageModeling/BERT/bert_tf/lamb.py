@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import keras
 from keras import ops
+from zoo.errors import UserError
 
 # Variables whose last name is one of these take no weight decay and no trust ratio.
 NO_DECAY_NAMES = ("bias", "gamma", "beta", "mlm_bias")
@@ -33,7 +34,7 @@ class Lamb(keras.optimizers.Optimizer):
     ):
         """``global_clipnorm`` (a Keras optimizer argument) clips the global gradient norm first."""
         if epsilon < 0 or not (0 <= beta_1 < 1 and 0 <= beta_2 < 1):
-            raise SystemExit(f"error: bad LAMB hyper-parameters betas=({beta_1}, {beta_2}) eps={epsilon}")
+            raise UserError(f"bad LAMB hyper-parameters betas=({beta_1}, {beta_2}) eps={epsilon}")
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.weight_decay_rate = weight_decay_rate
@@ -111,12 +112,12 @@ class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
-def build_optimizer(recipe: dict, amp: str):
-    """LAMB with the recipe's schedule; fp16 wraps it in Keras' dynamic loss scaling."""
+def build_optimizer(recipe: dict, precision: str, total_steps: int):
+    """LAMB with the recipe's schedule over ``total_steps``; fp16 wraps it in Keras' dynamic loss scaling."""
     opt = recipe["optimizer"]
     betas = opt.get("betas", (0.9, 0.999))
     schedule = WarmupPolyDecay(
-        opt["lr"], recipe["steps"], recipe["schedule"]["warmup"], recipe["schedule"].get("decay_power", 0.5)
+        opt["lr"], total_steps, recipe["schedule"]["warmup"], recipe["schedule"].get("decay_power", 0.5)
     )
     optimizer = Lamb(
         schedule,
@@ -126,6 +127,6 @@ def build_optimizer(recipe: dict, amp: str):
         weight_decay_rate=opt["weight_decay"],
         global_clipnorm=opt.get("max_grad_norm") or None,
     )
-    if amp == "fp16":
+    if precision == "fp16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer

@@ -13,73 +13,9 @@ kernels [in, out]), so ``bert_tf.checkpoint`` maps Google's variable names one t
 
 from __future__ import annotations
 
-import dataclasses
-
 import keras
 from keras import ops
-
-
-@dataclasses.dataclass
-class BertConfig:
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
-    intermediate_size: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-
-    def __post_init__(self):
-        if self.hidden_size % self.num_heads:
-            raise SystemExit(
-                f"error: hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}"
-            )
-
-    @classmethod
-    def from_dict(cls, values: dict) -> BertConfig:
-        """Our field names or Google's ``bert_config.json`` names (num_hidden_layers, ...)."""
-        aliases = {
-            "num_hidden_layers": "num_layers",
-            "num_attention_heads": "num_heads",
-            "hidden_dropout_prob": "hidden_dropout",
-            "attention_probs_dropout_prob": "attention_dropout",
-        }
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{aliases.get(k, k): v for k, v in values.items() if aliases.get(k, k) in fields})
-
-    def to_google(self) -> dict:
-        """The ``bert_config.json`` Google's code reads."""
-        return {
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "num_hidden_layers": self.num_layers,
-            "num_attention_heads": self.num_heads,
-            "intermediate_size": self.intermediate_size,
-            "hidden_act": "gelu",
-            "hidden_dropout_prob": self.hidden_dropout,
-            "attention_probs_dropout_prob": self.attention_dropout,
-            "max_position_embeddings": self.max_position_embeddings,
-            "type_vocab_size": self.type_vocab_size,
-            "initializer_range": self.initializer_range,
-        }
-
-
-CONFIGS = {
-    "bert-large": dict(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096),
-    "bert-base": dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072),
-    "bert-tiny": dict(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=256),
-}
-
-
-def bert_config(name: str, **overrides) -> BertConfig:
-    """A named architecture (bert-large, bert-base, bert-tiny) with field overrides (vocab_size, ...)."""
-    if name not in CONFIGS:
-        raise SystemExit(f"error: unknown BERT model {name!r}; known: {', '.join(CONFIGS)}")
-    return BertConfig(**{**CONFIGS[name], **overrides})
+from zoo.bert import CONFIGS, BertConfig, bert_config  # noqa: F401 - the sizes both BERTs share, re-exported
 
 
 def _init(config: BertConfig):

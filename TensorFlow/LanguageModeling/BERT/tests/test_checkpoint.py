@@ -190,6 +190,9 @@ def test_pretraining_weights_into_the_squad_model_leave_the_qa_head_fresh(tmp_pa
 def test_bad_checkpoints_are_one_line_errors(tmp_path):
     from bert_tf.checkpoint import load_weights
     from bert_tf.model import bert_config, build_pretrainer
+    from zoo.cli import entry_point
+
+    load_weights = entry_point(load_weights)  # the line a script's user sees
 
     model = build_pretrainer(tiny_config())
     with pytest.raises(SystemExit, match="^error: checkpoint .*missing.npz does not exist$"):

@@ -11,8 +11,8 @@ INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 @pytest.fixture(scope="module")
 def exported(squad_run, squad_data, tiny_vocab, tmp_path_factory):
+    from bert_tf.engine import predict
     from bert_tf.export import load_squad_model, main
-    from bert_tf.finetune_squad import predict
     from zoo.data.squad import best_spans, make_features, read_squad
     from zoo.data.wordpiece import load_tokenizer
 

@@ -106,7 +106,7 @@ def test_mixed_precision_and_xla_steps_train(amp, xla, accumulation, policy):
     from bert_tf.data import SyntheticMicroBatches, stacked
     from bert_tf.lamb import build_optimizer
     from bert_tf.model import build_pretrainer
-    from bert_tf.pretrain import PRECISIONS, build_train_step, step_losses
+    from bert_tf.step import PRECISIONS, build_pretraining_train_step, pretraining_readings
     from zoo.tf import make_runtime
 
     runtime = make_runtime("default")
@@ -115,15 +115,16 @@ def test_mixed_precision_and_xla_steps_train(amp, xla, accumulation, policy):
     recipe = {
         "optimizer": {"lr": 1e-2, "weight_decay": 0.01, "max_grad_norm": 1.0},
         "schedule": {"warmup": 0, "decay_power": 1.0},
-        "steps": 1000,
     }
     model = build_pretrainer(tiny(hidden_dropout=0.0, attention_dropout=0.0))
-    optimizer = build_optimizer(recipe, amp)
+    optimizer = build_optimizer(recipe, amp, total_steps=1000)
     assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer) == (amp == "fp16")
     assert model.bert.layers[0].query.compute_dtype == ("bfloat16" if amp == "bf16" else "float16")
-    step = build_train_step(runtime, model, optimizer, accumulation=accumulation, nsp=False, xla=xla)
+    step = build_pretraining_train_step(
+        runtime, model, optimizer, accumulation=accumulation, nsp=False, xla=xla
+    )
     batches = stacked(SyntheticMicroBatches(4, 16, 3, 60), 0, accumulation)
-    losses = [step_losses(step(batches))["loss"] for _ in range(6)]
+    losses = [pretraining_readings(step(batches))["loss"] for _ in range(6)]
     assert all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.2, losses
 
 

@@ -56,7 +56,7 @@ def test_evaluate_reads_the_fine_tuned_run(squad_run, squad_data, tiny_vocab, tm
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--do-train", "--target-f1", "0.905"], r"target_f1 0.905 is not a percentage in \(1, 100\]"),
+        (["--do-train", "--target-f1", "0.905"], r"target f1 0.905 is not a percentage in \(1, 100\]"),
         (["--do-train", "--target-f1", "90"], "--target-f1 needs --do-predict"),
         (["--do-predict", "--config", "x.yaml"], "error: --config was renamed: use --recipe"),
     ],
