@@ -239,7 +239,7 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *SSD_TRAIN[2:], "--synthetic"],
-                ("unknown recipe key 'epoch'", "did you mean 'epochs'"),
+                ("unknown recipe key 'epoch'", "did you mean 'run.epochs'"),
                 {"recipe": f"base: {SSD_TINY}\nepoch: 2\n"},
             ),
             (
@@ -249,18 +249,18 @@ ROWS: list[Row] = [
             ),
             (
                 "second-set-kept",
-                [*SSD_TRAIN, "--synthetic", "--set", "batch_size=0", "--set", "epochs=1"],
-                "batch_size must be a positive integer",
+                [*SSD_TRAIN, "--synthetic", "--set", "run.batch_per_gpu=0", "--set", "run.epochs=1"],
+                "batch_per_gpu must be a positive integer",
             ),
             (
                 "batch-size-0",
                 [*SSD_TRAIN, "--synthetic", "--batch-size", "0"],
-                "batch_size must be a positive integer",
+                "batch_per_gpu must be a positive integer",
             ),
             (
                 "batch-size-neg",
                 [*SSD_TRAIN, "--synthetic", "--batch-size", "-3"],
-                "batch_size must be a positive integer",
+                "batch_per_gpu must be a positive integer",
             ),
             ("epochs-0", [*SSD_TRAIN, "--synthetic", "--epochs", "0"], "epochs must be a positive integer"),
             ("amp-none", [*SSD_TRAIN, "--synthetic", "--amp", "none"], "use --amp fp32"),
@@ -271,7 +271,11 @@ ROWS: list[Row] = [
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
             ("missing-data", [*SSD_TRAIN, "--data-dir", "{missing}"], "no_such_path"),
-            ("steps-0", [*SSD_TRAIN, "--synthetic", "--steps", "0"], "--steps must be a positive integer"),
+            (
+                "steps-per-epoch-0",
+                [*SSD_TRAIN, "--synthetic", "--steps-per-epoch", "0"],
+                "--steps-per-epoch must be a positive integer",
+            ),
             (
                 "resume-text",
                 [*SSD_TRAIN, "--synthetic", "--resume", "{text}"],
@@ -578,7 +582,7 @@ ROWS: list[Row] = [
             (
                 "recipe-file-key",
                 ["--recipe", "{recipe}", *MASKRCNN_TRAIN[2:]],
-                ("unknown recipe key 'epoch'", "did you mean 'epochs'"),
+                ("unknown recipe key 'epoch'", "did you mean 'run.epochs'"),
                 {"recipe": f"base: {MASKRCNN_TINY}\nepoch: 2\n"},
             ),
             (
@@ -586,10 +590,22 @@ ROWS: list[Row] = [
                 [*MASKRCNN_TRAIN, "--set", "optimizer.base_lrr=0.1"],
                 ("unknown recipe key 'optimizer.base_lrr'", "did you mean 'optimizer.base_lr'"),
             ),
-            ("batch-size-0", [*MASKRCNN_TRAIN, "--batch-size", "0"], "batch_size must be a positive integer"),
+            (
+                "batch-size-0",
+                [*MASKRCNN_TRAIN, "--batch-size", "0"],
+                "batch_per_gpu must be a positive integer",
+            ),
             ("epochs-0", [*MASKRCNN_TRAIN, "--epochs", "0"], "epochs must be a positive integer"),
-            ("steps-0", [*MASKRCNN_TRAIN, "--steps", "0"], "--steps must be a positive integer"),
-            ("accumulate-0", [*MASKRCNN_TRAIN, "--accumulate", "0"], "accumulate must be"),
+            (
+                "steps-per-epoch-0",
+                [*MASKRCNN_TRAIN, "--steps-per-epoch", "0"],
+                "--steps-per-epoch must be a positive integer",
+            ),
+            (
+                "accumulation-0",
+                [*MASKRCNN_TRAIN, "--accumulation", "0"],
+                "accumulation must be a positive integer",
+            ),
             ("amp-none", [*MASKRCNN_TRAIN, "--amp", "none"], "use --amp fp32"),
             (
                 "checkpoint-without-resume",
@@ -597,7 +613,11 @@ ROWS: list[Row] = [
                 "--resume auto",
                 {"files": {"results/checkpoint.pt": "ten steps of work"}},
             ),
-            ("resume-text", [*MASKRCNN_TRAIN, "--resume", "{text}"], "cannot be read as a checkpoint"),
+            (
+                "resume-text",
+                [*MASKRCNN_TRAIN, "--resume", "{text}"],
+                "is not a Mask R-CNN training checkpoint",
+            ),
             (
                 "resume-foreign",
                 [*MASKRCNN_TRAIN, "--resume", "{foreign}"],
