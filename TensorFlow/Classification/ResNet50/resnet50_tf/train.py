@@ -156,6 +156,46 @@ def mlperf_hyperparameters(recipe: dict, global_batch: int, replica_batch: int) 
     }
 
 
+def start_mlperf_log(runtime, results_dir: Path, resumed: bool, recipe: dict, info, train_samples: int):
+    """The chief's MLPerf logger (zoo.mlperf.log_path names its file), with the run's settings logged."""
+    from zoo.mlperf import MLPerfLogger, log_path
+
+    run = run_config(recipe)
+    global_batch = run.batch_per_gpu * runtime.num_replicas
+    mlperf = MLPerfLogger(
+        log_path(results_dir, resumed) if runtime.is_chief else None,
+        MLPERF_BENCHMARK,
+        enabled=runtime.is_chief,
+    )
+    mlperf.cache_clear(False)  # the page cache is not dropped (that needs root)
+    mlperf.init_start()
+    mlperf.seed(run.seed)
+    mlperf.global_batch_size(global_batch)
+    mlperf.gradient_accumulation_steps(run.accumulation)
+    mlperf.train_samples(info.train_examples if info else train_samples)
+    mlperf.eval_samples(info.val_examples if info else 0)
+    mlperf.hyperparameters(**mlperf_hyperparameters(recipe, global_batch, run.batch_per_gpu))
+    return mlperf
+
+
+def write_run_info(results_dir: Path, runtime, recipe: dict, classes: list, global_batch: int) -> None:
+    """RESULTS_DIR/run.json: what the run trains (network, classes, image size) and on what."""
+    info = {
+        "model": "resnet50_v1_5",
+        "num_classes": len(classes),
+        "classes": classes,
+        "image_size": int(recipe["data"]["image_size"]),
+        "amp": recipe["run"]["precision"],
+        "recipe": recipe,
+        "global_batch": global_batch,
+        "replicas": runtime.num_replicas,
+        "workers": runtime.num_workers,
+        "distribution": runtime.kind,
+    }
+    with atomic_write(results_dir / "run.json") as tmp:
+        tmp.write_text(json.dumps(info, indent=1))
+
+
 @entry_point
 def main(argv=None) -> dict:
     args = parse_args(argv)
@@ -170,7 +210,7 @@ def main(argv=None) -> dict:
     import keras
     import tensorflow as tf
     from zoo.log import MetricsLogger
-    from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger, log_path
+    from zoo.mlperf import CLOSED_TARGETS
     from zoo.tf import load_training_checkpoint, save_training_checkpoint
 
     from resnet50_tf import data
@@ -197,23 +237,15 @@ def main(argv=None) -> dict:
     results_dir.mkdir(parents=True, exist_ok=True)
     if runtime.is_chief:  # what a write killed midway left (zoo.tf's checkpoint writer clears its own)
         remove_stale_temps(results_dir)
-    replicas = runtime.num_replicas
-    global_batch = run.batch_per_gpu * replicas
+    global_batch = run.batch_per_gpu * runtime.num_replicas
     steps_per_epoch = steps_of_an_epoch(args, info, global_batch)
     total_steps = run.steps or run.epochs * steps_per_epoch
     last_step = min(total_steps, args.max_steps) if args.max_steps else total_steps
     image_size = int(recipe["data"]["image_size"])
 
-    mlperf_path = log_path(results_dir, resumed=resume_from is not None) if runtime.is_chief else None
-    mlperf = MLPerfLogger(mlperf_path, MLPERF_BENCHMARK, enabled=runtime.is_chief)
-    mlperf.cache_clear(False)  # the page cache is not dropped (that needs root)
-    mlperf.init_start()
-    mlperf.seed(run.seed)
-    mlperf.global_batch_size(global_batch)
-    mlperf.gradient_accumulation_steps(run.accumulation)
-    mlperf.train_samples(info.train_examples if info else steps_per_epoch * global_batch)
-    mlperf.eval_samples(info.val_examples if info else 0)
-    mlperf.hyperparameters(**mlperf_hyperparameters(recipe, global_batch, run.batch_per_gpu))
+    mlperf = start_mlperf_log(
+        runtime, results_dir, resume_from is not None, recipe, info, steps_per_epoch * global_batch
+    )
 
     with runtime.strategy.scope():
         model = resnet50(
@@ -230,21 +262,8 @@ def main(argv=None) -> dict:
     elif args.init_checkpoint:
         restore_weights(model, args.init_checkpoint, "--init-checkpoint")
 
-    run_info = {
-        "model": "resnet50_v1_5",
-        "num_classes": len(classes),
-        "classes": classes,
-        "image_size": image_size,
-        "amp": run.precision,
-        "recipe": recipe,
-        "global_batch": global_batch,
-        "replicas": replicas,
-        "workers": runtime.num_workers,
-        "distribution": runtime.kind,
-    }
     if runtime.is_chief:
-        with atomic_write(results_dir / "run.json") as tmp:
-            tmp.write_text(json.dumps(run_info, indent=1))
+        write_run_info(results_dir, runtime, recipe, classes, global_batch)
     train_step = TrainStep(
         runtime, model, optimizer, global_batch, float(recipe["label_smoothing"]), args.xla
     )
@@ -319,8 +338,8 @@ def main(argv=None) -> dict:
     if args.dump_weights:  # lets a multi-worker run be checked: every worker must hold the same weights
         import numpy as np
 
-        path = args.dump_weights.format(worker=runtime.worker_index)
-        np.savez(path, **{v.path: v.numpy() for v in model.variables})
+        with atomic_write(args.dump_weights.format(worker=runtime.worker_index)) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **{v.path: v.numpy() for v in model.variables})
     return summary
 
 
