@@ -12,10 +12,6 @@ import pytest
 from zoo_tree import ROOT, model_dirs, model_id
 
 MODELS = model_dirs()
-# Models whose inside has not moved to the shape yet. A model leaves this set in the change that moves
-# it (its rows then pass; a model still listed whose rows pass fails here, so the set cannot go stale).
-NOT_YET_MOVED: set[str] = {
-}
 # The longest a loop function of engine.py may be: about a screen.
 SCREEN_LINES = 80
 # zoo's training-checkpoint writer of each framework: a model saves its training state through it.
@@ -28,16 +24,7 @@ CHECKPOINT_WRITERS = {
 OLD_LOG_NAMES = re.compile(r"mlperf_resume\{|mlperf_from_epoch|resumed_after_epoch|mlperf-resumed|mlperf\.\{")
 
 
-def shape_case(model_dir: Path):
-    """A model's parameter, expected to fail (strictly) while the model is in NOT_YET_MOVED."""
-    key = model_id(model_dir)
-    marks = (
-        [pytest.mark.xfail(strict=True, reason="not moved to the shape yet")] if key in NOT_YET_MOVED else []
-    )
-    return pytest.param(model_dir, id=key, marks=marks)
-
-
-CASES = [shape_case(model_dir) for model_dir in MODELS]
+CASES = [pytest.param(model_dir, id=model_id(model_dir)) for model_dir in MODELS]
 
 
 def package_of(model_dir: Path) -> Path:
@@ -48,10 +35,6 @@ def package_of(model_dir: Path) -> Path:
 
 def product_files(model_dir: Path) -> list[Path]:
     return sorted(p for p in package_of(model_dir).rglob("*.py"))
-
-
-def test_the_not_yet_list_names_models_that_exist():
-    assert NOT_YET_MOVED <= {model_id(m) for m in MODELS}
 
 
 @pytest.mark.parametrize("model_dir", CASES)
@@ -135,6 +118,7 @@ def exits_below_main(path: Path) -> list[str]:
 # a signal handler unwinding to run clean-up). Each entry says where and why.
 ALLOWED_EXITS = {
     "common/zoo/cli.py": "entry_point: the one place a UserError becomes an exit",
+    "common/zoo/triton/server.py": "a termination signal's handler unwinds the stack so the server stops",
     "PyTorch/Classification/ResNet50/resnet50/train.py": "--exit-after-steps: the crash test's os._exit(137)",
 }
 
@@ -150,7 +134,6 @@ def test_no_system_exit_below_main(model_dir):
     assert not found, f"SystemExit below main (raise zoo.errors.UserError instead): {found}"
 
 
-@pytest.mark.xfail(strict=True, reason="zoo's library modules still raise SystemExit: moving to UserError")
 def test_no_system_exit_below_main_in_zoo():
     found = [
         hit
