@@ -142,3 +142,16 @@ def test_no_system_exit_below_main_in_zoo():
         for hit in exits_below_main(path)
     ]
     assert not found, f"SystemExit below main in zoo (raise zoo.errors.UserError instead): {found}"
+
+
+# The common layer stays a set of small modules, each about one concern (docs/ARCHITECTURE.md).
+ZOO_MODULE_LINES = 450
+
+
+def test_no_zoo_module_over_a_few_hundred_lines():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / "common" / "zoo").rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > ZOO_MODULE_LINES
+    }
+    assert not long, f"zoo modules over {ZOO_MODULE_LINES} lines (split them by concern): {long}"
