@@ -11,7 +11,11 @@ from zoo.errors import UserError
 
 def _parser(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("amp: bf16\ndata:\n  batch_size: 8\n")
+    recipe.write_text(
+        "run:\n  precision: bf16\n  batch_per_gpu: 8\n  accumulation: 1\n  epochs: 1\n  steps: null\n"
+        "  log_every: 1\n  eval_every: null\n  checkpoint_every: null\n  seed: 0\n"
+        "  target: {metric: top1, value: null, unit: '%'}\ndata:\n  batch_size: 8\n"
+    )
     parser = argparse.ArgumentParser(prog="x")
     add_run_args(parser, default_recipe=recipe)
     add_target_arg(parser, "top1", unit="%", example=75.9)
@@ -24,7 +28,8 @@ def test_flags_override_the_recipe_and_set_items(tmp_path):
         _parser(tmp_path), ["--amp", "fp16", "--set", "data.batch_size=4", "--target-top1", "75"]
     )
     recipe = recipe_from_args(args, {"batch_size": "data.batch_size"})
-    assert recipe == {"amp": "fp16", "data": {"batch_size": 4}}
+    assert recipe["run"]["precision"] == "fp16" and recipe["run"]["target"]["value"] == 75.0
+    assert recipe["data"] == {"batch_size": 4} and recipe["run"]["batch_per_gpu"] == 8
     assert args.target_top1 == 75.0
     args = parse_args(_parser(tmp_path), ["--set", "data.batch_size=4", "--batch-size", "2"])
     assert recipe_from_args(args, {"batch_size": "data.batch_size"})["data"]["batch_size"] == 2

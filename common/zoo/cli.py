@@ -127,22 +127,20 @@ RUN_FLAGS = {
 def recipe_from_args(args, flag_to_key: dict | None = None) -> dict:
     """Load ``args.recipe`` with ``--set`` items, then the flags that were given: those of RUN_FLAGS and
     ``--target-<metric>`` into the recipe's run: section, those of ``flag_to_key`` (``{"image_size":
-    "data.image_size"}``) where the table says. A recipe without a run: section maps ``--amp`` to ``amp``."""
+    "data.image_size"}``) where the table says."""
     from zoo.recipe import load_recipe, parse_overrides
 
     overrides = parse_overrides(args.set)
-    has_run = _has_run_section(args.recipe)
-    table = dict(RUN_FLAGS) if has_run else {"amp": "amp"}
+    table = dict(RUN_FLAGS)
     table.update(flag_to_key or {})
     for flag, key in table.items():
         value = getattr(args, flag, None)
         if value is not None:
             overrides[key] = value
-    if has_run:
-        for name, value in vars(args).items():
-            if name.startswith("target_") and value is not None:
-                overrides["run.target.value"] = value
-        _one_length(overrides)
+    for name, value in vars(args).items():
+        if name.startswith("target_") and value is not None:
+            overrides["run.target.value"] = value
+    _one_length(overrides)
     return load_recipe(args.recipe, overrides, known_keys_from=getattr(args, "recipe_keys_from", None))
 
 
@@ -152,12 +150,6 @@ def _one_length(overrides: dict) -> None:
     for given, other in (("run.epochs", "run.steps"), ("run.steps", "run.epochs")):
         if overrides.get(given) not in (None, "null", "") and other not in overrides:
             overrides[other] = None
-
-
-def _has_run_section(path) -> bool:
-    from zoo.recipe import _load_with_bases
-
-    return "run" in _load_with_bases(pathlib.Path(path), seen=())
 
 
 def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathlib.Path | None:
