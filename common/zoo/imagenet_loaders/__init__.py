@@ -1,4 +1,6 @@
-"""Input pipelines for ImageNet-style image folders: ``data_dir/{train,val}/<class>/*.jpg``.
+"""PyTorch input pipelines for ImageNet-style image folders: ``data_dir/{train,val}/<class>/*.jpg``.
+
+Shared by the PyTorch image classifiers (ResNet-50, EfficientNet).
 
 Backends (``--data-backend``, recipe key ``data.backend``), one module each:
 
@@ -11,7 +13,8 @@ Backends (``--data-backend``, recipe key ``data.backend``), one module each:
   not the input).
 
 Training augmentation (all backends): random-resized crop, horizontal flip, normalisation with the
-ImageNet mean/std. Validation: resize the short side to ``image_size * 256 / 224``, centre crop; or,
+ImageNet mean/std; the ``pytorch`` backend can add RandAugment or AutoAugment (``augment``, recipe
+key ``data.augment``) between the crop and the normalisation. Validation: resize the short side to ``image_size * 256 / 224``, centre crop; or,
 for a registry checkpoint, the entry's preprocessing (``DataConfig.val_preprocessing``: resize, crop,
 interpolation, mean, std; applied by the ``pytorch`` backend).
 """
@@ -21,11 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from zoo.checkpoints import Preprocessing
-from zoo.recipe import flag as recipe_flag
-from zoo.recipe import run_config
-
-from resnet50.data.dali import DaliLoader
-from resnet50.data.folder import (
+from zoo.imagenet_loaders.dali import DaliLoader
+from zoo.imagenet_loaders.folder import (
     IMAGE_EXTENSIONS,
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -40,14 +40,16 @@ from resnet50.data.folder import (
     one_line,
     val_resize_size,
 )
-from resnet50.data.gpu_decode import build_gpu_decode_loader, crop_resize
-from resnet50.data.synthetic import SyntheticLoader
-from resnet50.step import accumulation
+from zoo.imagenet_loaders.gpu_decode import build_gpu_decode_loader, crop_resize
+from zoo.imagenet_loaders.synthetic import SyntheticLoader
+from zoo.recipe import flag as recipe_flag
+from zoo.recipe import run_config
 
 BACKENDS = ("pytorch", "gpu-decode", "dali-gpu", "dali-cpu", "synthetic")
+AUGMENTATIONS = (None, "randaugment", "autoaugment")
 
 __all__ = [
-    "BACKENDS", "IMAGE_EXTENSIONS", "IMAGENET_MEAN", "IMAGENET_STD", "DataConfig", "DataError",
+    "AUGMENTATIONS", "BACKENDS", "IMAGE_EXTENSIONS", "IMAGENET_MEAN", "IMAGENET_STD", "DataConfig", "DataError",
     "EpochLoader", "ShardedSampler", "SyntheticLoader", "build_loader", "check_layout", "crop_resize",
     "default_preprocessing", "eval_transform", "list_samples", "one_line", "val_resize_size",
 ]  # fmt: skip
@@ -71,19 +73,31 @@ class DataConfig:
     channels_last: bool = False
     synthetic_batches: int = 100  # synthetic backend: training batches per epoch (there is no data set)
     val_preprocessing: Preprocessing | None = None  # validation resize/crop/mean/std (default: 256/224)
+    augment: str | None = None  # None | "randaugment" | "autoaugment" (pytorch backend only)
 
     @classmethod
-    def from_recipe(cls, recipe: dict, device, *, data_dir=None, rank=0, world_size=1, synthetic_batches=100):
+    def from_recipe(
+        cls,
+        recipe: dict,
+        device,
+        *,
+        accumulation: int,
+        data_dir=None,
+        rank=0,
+        world_size=1,
+        synthetic_batches=100,
+    ):
         """The training input of a recipe: its data: section, and batches of one optimizer step on one of
-        ``world_size`` GPUs (batch per GPU x accumulation images; the validation loader takes batch_per_gpu)."""
+        ``world_size`` GPUs (batch per GPU x ``accumulation`` images; the validation loader takes
+        batch_per_gpu). ``data.augment``, where the recipe has it, names the extra augmentation."""
         data, run = recipe["data"], run_config(recipe)
         return cls(
-            data_dir, backend=data["backend"], batch_size=run.batch_per_gpu * accumulation(recipe, world_size),
+            data_dir, backend=data["backend"], batch_size=run.batch_per_gpu * accumulation,
             image_size=int(data["image_size"]), workers=int(data["workers"]),
             crop_scale=(float(data["min_crop_scale"]), 1.0), num_classes=int(recipe["model"]["num_classes"]),
             seed=run.seed, rank=rank, world_size=world_size, device=str(device),
             channels_last=recipe_flag(recipe["train"]["channels_last"], "train.channels_last"),
-            synthetic_batches=synthetic_batches,
+            synthetic_batches=synthetic_batches, augment=data.get("augment"),
         )  # fmt: skip
 
 
@@ -95,6 +109,12 @@ def build_loader(cfg: DataConfig, split: str, classes: list[str] | None = None):
         raise DataError(f"unknown data backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
     if cfg.backend == "synthetic":
         return SyntheticLoader(cfg, batches_per_epoch=cfg.synthetic_batches if split == "train" else 10)
+    if cfg.augment not in AUGMENTATIONS:
+        raise DataError(f"unknown data.augment {cfg.augment!r}; choose one of null, randaugment, autoaugment")
+    if cfg.augment is not None and cfg.backend != "pytorch":
+        raise DataError(
+            f"data.augment {cfg.augment} is applied by --data-backend pytorch only, not {cfg.backend}"
+        )
     if classes is None:
         classes = check_layout(cfg.data_dir, cfg.num_classes)
     pre = cfg.val_preprocessing

@@ -8,7 +8,7 @@ import pathlib
 
 import torch
 
-from resnet50.data.folder import IMAGENET_MEAN, IMAGENET_STD, DataError, list_samples, val_resize_size
+from zoo.imagenet_loaders.folder import IMAGENET_MEAN, IMAGENET_STD, DataError, list_samples, val_resize_size
 
 
 def import_dali():

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 
 import torch
+
 from zoo.checkpoints import Preprocessing
 from zoo.errors import UserError, one_line
 
@@ -197,12 +198,22 @@ class ImageFolderDataset(torch.utils.data.Dataset):
     """PIL decode + augmentation; each sample's randomness is seeded by (seed, epoch, index)."""
 
     def __init__(
-        self, samples, image_size: int, train: bool, crop_scale=(0.08, 1.0), seed: int = 0, preprocessing=None
+        self,
+        samples,
+        image_size: int,
+        train: bool,
+        crop_scale=(0.08, 1.0),
+        seed: int = 0,
+        preprocessing=None,
+        augment: str | None = None,
     ):
         from torchvision.transforms import v2 as T
 
         self.samples, self.image_size, self.train = samples, image_size, train
         self.crop_scale, self.seed, self.epoch = crop_scale, seed, 0
+        # RandAugment (2 ops, magnitude 9) / AutoAugment (ImageNet policy) after the crop and flip
+        self.augment = {None: None, "randaugment": T.RandAugment(num_ops=2, magnitude=9),
+                        "autoaugment": T.AutoAugment(T.AutoAugmentPolicy.IMAGENET)}[augment]  # fmt: skip
         self.to_tensor = T.Compose([T.PILToTensor(), T.ToDtype(torch.float32, scale=True)])
         self.normalize = T.Normalize(IMAGENET_MEAN, IMAGENET_STD)
         self.val_transform = eval_transform(preprocessing or default_preprocessing(image_size))
@@ -235,6 +246,11 @@ class ImageFolderDataset(torch.utils.data.Dataset):
             image = F.resized_crop(image, top, left, h, w, [self.image_size, self.image_size], antialias=True)
             if float(torch.rand(1, generator=generator)) < 0.5:
                 image = F.horizontal_flip(image)
+            if self.augment is not None:
+                # torchvision's policies draw from the global generator: seed it from this sample's
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
+                    image = self.augment(image)
             return self.normalize(self.to_tensor(image)), label
         return self.val_transform(image), label
 
@@ -299,8 +315,9 @@ def build_folder_loader(cfg, split: str, classes: list[str]) -> EpochLoader:
     train = split == "train"
     samples = list_samples(pathlib.Path(cfg.data_dir) / split, classes)
     dataset = ImageFolderDataset(
-        samples, cfg.image_size, train, cfg.crop_scale, cfg.seed, None if train else cfg.val_preprocessing
-    )
+        samples, cfg.image_size, train, cfg.crop_scale, cfg.seed, None if train else cfg.val_preprocessing,
+        augment=cfg.augment if train else None,
+    )  # fmt: skip
     sampler = ShardedSampler(
         len(samples), cfg.batch_size, rank=cfg.rank, world_size=cfg.world_size,
         shuffle=train, seed=cfg.seed, drop_last=train,

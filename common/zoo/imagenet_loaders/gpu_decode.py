@@ -10,9 +10,9 @@ from __future__ import annotations
 import pathlib
 
 import torch
-from zoo.errors import one_line
 
-from resnet50.data.folder import (
+from zoo.errors import one_line
+from zoo.imagenet_loaders.folder import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     DataError,

@@ -1,7 +1,7 @@
 """Decode every image of an image folder once, before training reads it.
 
-    python -m resnet50.data.verify --data-dir /data/imagenet            # train and val; writes manifest.json
-    python -m resnet50.data.verify --data-dir /data/imagenet --splits val
+    python -m zoo.imagenet_loaders.verify --data-dir /data/imagenet            # train and val; writes manifest.json
+    python -m zoo.imagenet_loaders.verify --data-dir /data/imagenet --splits val
 
 ``scripts/download_data.sh --verify`` runs this. Each image that decodes is entered in the data
 directory's ``manifest.json`` (zoo.manifest: size and modification time); a corrupt one is a
@@ -20,9 +20,8 @@ import time
 
 from zoo.cli import entry_point
 from zoo.errors import UserError, one_line
+from zoo.imagenet_loaders.folder import DataError, check_layout, list_samples
 from zoo.manifest import DataManifest
-
-from resnet50.data.folder import DataError, check_layout, list_samples
 
 # Decoding is CPU work in PIL (which releases the GIL while it decodes): threads keep every core busy.
 DEFAULT_WORKERS = min(32, os.cpu_count() or 1)
@@ -90,7 +89,7 @@ def verify(data_dir, splits=("train", "val"), *, workers: int = DEFAULT_WORKERS)
 
 @entry_point
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m resnet50.data.verify", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m zoo.imagenet_loaders.verify", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--data-dir", default=os.environ.get("DATA_DIR"), help="image folder root ($DATA_DIR)")
     p.add_argument("--splits", default="train,val", help="comma list of split folders (default train,val)")

@@ -39,14 +39,15 @@ import zoo.scaling
 from zoo.bench import format_profile, measure, profile_step, write_report
 from zoo.cli import entry_point
 from zoo.errors import UserError
+from zoo.imagenet_loaders import DataConfig, SyntheticLoader, build_loader, check_layout
 from zoo.recipe import run_config
 from zoo.torch import amp_dtype, autocast, fast_math, grad_scaler, parameter_groups, seed_everything
 
 from resnet50 import DEFAULT_RECIPE
-from resnet50.data import DataConfig, SyntheticLoader, build_loader, check_layout
 from resnet50.inference import inference_model
 from resnet50.step import (
     TrainStep,
+    accumulation,
     build_model,
     build_train_step,
     global_batch,
@@ -124,7 +125,9 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     batches of one optimizer step each, different on every rank."""
     step = build_train_step(recipe, device, world_size=world_size)
     rank = dist.get_rank() if dist.is_initialized() else 0
-    data = DataConfig.from_recipe(recipe, device, world_size=world_size)
+    data = DataConfig.from_recipe(
+        recipe, device, accumulation=accumulation(recipe, world_size), world_size=world_size
+    )
     batches = []
     for index in range(SCALING_BATCHES):
         loader = SyntheticLoader(dataclasses.replace(data, seed=data.seed + 1000 * rank + index))
@@ -142,7 +145,9 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
 def input_batches(args, device):
     """Endless (images, labels) on the device: the synthetic batch, or the recipe's pipeline on --data-dir."""
     recipe = args.recipe_dict
-    data = DataConfig.from_recipe(recipe, device, data_dir=args.data_dir)
+    data = DataConfig.from_recipe(
+        recipe, device, accumulation=accumulation(recipe, 1), data_dir=args.data_dir
+    )
     if not args.data_dir:
         loader = build_loader(dataclasses.replace(data, backend="synthetic"), "train")
         while True:
@@ -278,7 +283,7 @@ def run(args) -> list[dict]:
         raise UserError("--device cuda asked for, but no CUDA device is visible")
     device = torch.device(args.device)
     if args.make_jpegs:
-        from resnet50.data.jpeg_set import make_jpeg_set
+        from zoo.imagenet_loaders.jpeg_set import make_jpeg_set
 
         info = make_jpeg_set(args.data_dir, unique=args.make_jpegs, samples=4 * args.make_jpegs)
         print(f"JPEG set {args.data_dir}: {info}", file=sys.stderr, flush=True)

@@ -22,8 +22,7 @@ import torch
 from zoo.checkpoints import CheckpointEntry, CheckpointError, Preprocessing, fetch, load_registry
 from zoo.cli import entry_point
 from zoo.errors import one_line
-
-from resnet50.data import default_preprocessing
+from zoo.imagenet_loaders import default_preprocessing
 
 REGISTRY_PATH = pathlib.Path(__file__).resolve().parents[1] / "checkpoints.yaml"
 _STAGE = re.compile(r"^layers\.(\d+)\.")

@@ -19,8 +19,14 @@ import time
 import numpy as np
 from zoo.bench import percentiles
 from zoo.cli import entry_point
-
-from resnet50.data import IMAGE_EXTENSIONS, IMAGENET_MEAN, IMAGENET_STD, DataError, one_line, val_resize_size
+from zoo.imagenet_loaders import (
+    IMAGE_EXTENSIONS,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    DataError,
+    one_line,
+    val_resize_size,
+)
 
 
 def preprocess(path, image_size: int) -> np.ndarray:

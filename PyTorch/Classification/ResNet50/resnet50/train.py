@@ -25,6 +25,8 @@ import zoo.cli
 from zoo.cli import entry_point
 from zoo.dist import get_dist_env
 from zoo.errors import UserError
+from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layout
+from zoo.imagenet_loaders.verify import check_split
 from zoo.log import MetricsLogger
 from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger, log_path
 from zoo.recipe import COMPILE_MODES, RunConfig, run_config
@@ -43,8 +45,6 @@ from zoo.torch import (
 
 from resnet50 import DEFAULT_RECIPE
 from resnet50.checkpoints import extract_state_dict, load_model_state, load_weights, resolve_weights
-from resnet50.data import BACKENDS, DataConfig, build_loader, check_layout
-from resnet50.data.verify import check_split
 from resnet50.engine import Throughput, TrainState, evaluate, train_one_epoch
 from resnet50.step import (
     accumulation,
@@ -265,7 +265,8 @@ def train(args) -> dict:
     recipe_levers(recipe)  # a misspelt lever ends the run here, before any data is read
     seed_everything(run.seed)
     data = DataConfig.from_recipe(
-        recipe, device, data_dir=args.data_dir, rank=env.rank, world_size=env.world_size,
+        recipe, device, accumulation=accumulation(recipe, env.world_size), data_dir=args.data_dir,
+        rank=env.rank, world_size=env.world_size,
         synthetic_batches=args.steps_per_epoch or 100,
     )  # fmt: skip
     classes = check_data(data, primary)

@@ -55,6 +55,6 @@ case "${ACTION}" in
       --val-tar "${TARS}/ILSVRC2012_img_val.tar" --devkit "${TARS}/ILSVRC2012_devkit_t12.tar.gz" --out-dir "${OUT}" --md5 ;;
   verify)
     [[ -n "${OUT}" ]] || { echo "error: give --data-dir DIR (or set DATA_DIR)" >&2; exit 2; }
-    exec "${PYTHON}" -m resnet50.data.verify --data-dir "${OUT}" ;;
+    exec "${PYTHON}" -m zoo.imagenet_loaders.verify --data-dir "${OUT}" ;;
   *) usage >&2; exit 1 ;;
 esac

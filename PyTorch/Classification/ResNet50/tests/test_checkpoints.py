@@ -14,9 +14,9 @@ import yaml
 from r50_testutil import MODEL_DIR, assert_one_line_error, model_env, run_module
 from resnet50 import checkpoints
 from resnet50.checkpoints import eval_preprocessing, extract_state_dict, load_weights, registry_entry
-from resnet50.data import default_preprocessing, eval_transform
 from resnet50.model import resnet50
 from zoo.checkpoints import CheckpointError
+from zoo.imagenet_loaders import default_preprocessing, eval_transform
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import subprocess
 import pytest
 import torch
 from r50_testutil import MODEL_DIR, assert_one_line_error, model_env, run_module
-from resnet50.data import DataConfig, DataError, ShardedSampler, build_loader, check_layout
+from zoo.imagenet_loaders import DataConfig, DataError, ShardedSampler, build_loader, check_layout
 
 
 def test_layout_errors(tmp_path, digits16):
@@ -90,7 +90,7 @@ def test_a_corrupt_validation_image_ends_training_at_start_up(tmp_path, digits16
 
 
 def test_verify_writes_a_manifest_that_training_trusts_until_a_file_changes(tmp_path, digits16):
-    from resnet50.data.verify import check_split, verify
+    from zoo.imagenet_loaders.verify import check_split, verify
     from zoo.manifest import DataManifest
 
     data = tmp_path / "data"
