@@ -56,6 +56,9 @@ rules cover the model the zoo trains.
 - maskrcnn 3.1.0: 4.0.0 and 4.1.0 still list "maskrcnn" but ship no maskrcnn rules.
 - transformer 0.7.0: the last round with the transformer benchmark.
 - dlrm_dcnv2 6.0.0: 6.1.0 replaced it with dlrmv4.
+- gpt3 4.1.0: the last round with GPT-3 175B (v5.0 replaced it with llama31_405b). Both divisions demand
+  init_checkpoint_step > 0 (the run starts from the reference checkpoint) and log-perplexity in (2.6, 2.69].
+- llama31_8b 5.1.0: the open rules ask only eval_accuracy < 1.0 with epoch_num; 6.x adds disclosure keys.
 
 Keys every benchmark must log (common.yaml of each ruleset; "once" is EXACTLY_ONE, ">= 1" AT_LEAST_ONE):
 
@@ -137,6 +140,8 @@ RULESETS = {
     "maskrcnn": "3.1.0",
     "transformer": "0.7.0",
     "dlrm_dcnv2": "6.0.0",
+    "gpt3": "4.1.0",
+    "llama31_8b": "5.1.0",
 }
 # The closed division's quality targets, in eval_accuracy's unit (fractions; maskrcnn: both mAPs).
 CLOSED_TARGETS = {
@@ -146,6 +151,8 @@ CLOSED_TARGETS = {
     "maskrcnn": {"BBOX": 0.377, "SEGM": 0.339},
     "transformer": 0.25,
     "dlrm_dcnv2": 0.80275,
+    "gpt3": 2.69,
+    "llama31_8b": 3.3,
 }
 DIVISIONS = ("open", "closed")
 STATUSES = ("onprem", "cloud", "preview", "research")
