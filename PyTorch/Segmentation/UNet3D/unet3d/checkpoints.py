@@ -51,6 +51,42 @@ def load_model_state(model: torch.nn.Module, source, flag: str = "--checkpoint")
         first = str(e).strip().splitlines()
         detail = first[1].strip()[:200] if len(first) > 1 else first[0][:200]
         raise UserError(
-            f"{flag} {source if not isinstance(source, dict) else ''} does not fit this 3D U-Net "
+            f"{source if isinstance(source, str | pathlib.Path) else flag} does not fit this 3D U-Net "
             f"(width {model.width}, {model.levels} levels): {detail}"
         ) from None
+
+
+def trained_model(recipe: dict, checkpoint=None, pretrained=None, cache_dir=None):
+    """(model in eval mode, the recipe it was trained with) from a training checkpoint, a weights file or
+    a registry name (checkpoints.yaml); a training checkpoint's own recipe sets width and levels."""
+    from unet3d.step import build_model
+
+    if (checkpoint is None) == (pretrained is None):
+        raise UserError("give one of --checkpoint PATH and --pretrained NAME")
+    flag = "--checkpoint"
+    if pretrained is not None:
+        from zoo.checkpoints import fetch, load_registry
+
+        from unet3d import MODEL_DIR
+
+        checkpoint, flag = (
+            fetch(load_registry(MODEL_DIR / "checkpoints.yaml").get(pretrained), cache_dir),
+            "--pretrained",
+        )
+    path = pathlib.Path(checkpoint)
+    if not path.is_file():
+        raise UserError(f"{flag} {path}: no such file")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # noqa: BLE001
+        reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+        raise UserError(f"{flag} {path} is not a PyTorch checkpoint (cannot be read: {reason})") from None
+    if isinstance(saved, dict) and isinstance(saved.get("recipe"), dict) and "model" in saved["recipe"]:
+        recipe = {**recipe, "model": saved["recipe"]["model"], "data": saved["recipe"]["data"]}
+    model = build_model(recipe)
+    try:
+        state = extract_state_dict(saved)
+    except UserError as e:
+        raise UserError(f"{flag} {path} {e}") from None
+    load_model_state(model, state, flag=f"{flag} {path}")
+    return model.eval(), recipe

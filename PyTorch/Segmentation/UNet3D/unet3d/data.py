@@ -163,6 +163,6 @@ def volumes(cases: dict, rank: int = 0, world_size: int = 1, device="cpu"):
         image, label = cases[name]
         yield (
             name,
-            torch.from_numpy(np.asarray(image, dtype=np.float32)[None]).to(device),
-            torch.from_numpy(np.asarray(label)[None]).to(device),
+            torch.from_numpy(np.array(image, dtype=np.float32)[None]).to(device),
+            torch.from_numpy(np.array(label)[None]).to(device),
         )
