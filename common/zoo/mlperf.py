@@ -56,6 +56,7 @@ rules cover the model the zoo trains.
 - maskrcnn 3.1.0: 4.0.0 and 4.1.0 still list "maskrcnn" but ship no maskrcnn rules.
 - transformer 0.7.0: the last round with the transformer benchmark.
 - dlrm_dcnv2 6.0.0: 6.1.0 replaced it with dlrmv4.
+- unet3d 4.0.0: the last round with the 3D U-Net (4.1.0 ships no unet3d rules).
 - gpt3 4.1.0: the last round with GPT-3 175B (v5.0 replaced it with llama31_405b). Both divisions demand
   init_checkpoint_step > 0 (the run starts from the reference checkpoint) and log-perplexity in (2.6, 2.69].
 - llama31_8b 5.1.0: the open rules ask only eval_accuracy < 1.0 with epoch_num; 6.x adds disclosure keys.
@@ -114,6 +115,10 @@ a condition is the checker's value check), and its quality target:
   == 0, opt_adagrad_epsilon == 1e-8, opt_learning_rate_warmup_steps == 0,
   opt_learning_rate_decay_start_step == 0, opt_learning_rate_decay_steps == 0; eval_samples ==
   89137319 (the full Criteo 1TB day-23 half). eval_accuracy: ROC AUC, >= 0.80275 once.
+- unet3d (4.0.0): global_batch_size, opt_name, opt_base_learning_rate, opt_learning_rate_warmup_epochs
+  >= 0, opt_learning_rate_decay_boundary_epochs, opt_learning_rate_decay_factor, opt_weight_decay,
+  opt_momentum, oversampling, training_input_shape, validation_input_shape, validation_overlap;
+  train_samples == 168, eval_samples == 42 (KiTS19's split). eval_accuracy: mean Dice, >= 0.908 once.
 
 Keys a ruleset does not know are allowed, so a model may log the closed keys in an open run.
 """
@@ -142,6 +147,7 @@ RULESETS = {
     "dlrm_dcnv2": "6.0.0",
     "gpt3": "4.1.0",
     "llama31_8b": "5.1.0",
+    "unet3d": "4.0.0",
 }
 # The closed division's quality targets, in eval_accuracy's unit (fractions; maskrcnn: both mAPs).
 CLOSED_TARGETS = {
@@ -153,6 +159,7 @@ CLOSED_TARGETS = {
     "dlrm_dcnv2": 0.80275,
     "gpt3": 2.69,
     "llama31_8b": 3.3,
+    "unet3d": 0.908,
 }
 DIVISIONS = ("open", "closed")
 STATUSES = ("onprem", "cloud", "preview", "research")
