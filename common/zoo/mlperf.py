@@ -57,6 +57,7 @@ rules cover the model the zoo trains.
 - transformer 0.7.0: the last round with the transformer benchmark.
 - dlrm_dcnv2 6.0.0: 6.1.0 replaced it with dlrmv4.
 - unet3d 4.0.0: the last round with the 3D U-Net (4.1.0 ships no unet3d rules).
+- retinanet 5.1.0 (opt_name "adam", opt_weight_decay 0, warm-up epochs/factor; mAP >= 0.34); 2.0-4.1 named it "ssd".
 - gpt3 4.1.0: the last round with GPT-3 175B (v5.0 replaced it with llama31_405b). Both divisions demand
   init_checkpoint_step > 0 (the run starts from the reference checkpoint) and log-perplexity in (2.6, 2.69].
 - llama31_8b 5.1.0: the open rules ask only eval_accuracy < 1.0 with epoch_num; 6.x adds disclosure keys.
@@ -148,6 +149,7 @@ RULESETS = {
     "gpt3": "4.1.0",
     "llama31_8b": "5.1.0",
     "unet3d": "4.0.0",
+    "retinanet": "5.1.0",
 }
 # The closed division's quality targets, in eval_accuracy's unit (fractions; maskrcnn: both mAPs).
 CLOSED_TARGETS = {
@@ -160,6 +162,7 @@ CLOSED_TARGETS = {
     "gpt3": 2.69,
     "llama31_8b": 3.3,
     "unet3d": 0.908,
+    "retinanet": 0.34,
 }
 DIVISIONS = ("open", "closed")
 STATUSES = ("onprem", "cloud", "preview", "research")
