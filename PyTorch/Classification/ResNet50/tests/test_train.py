@@ -250,13 +250,13 @@ def test_existing_checkpoint_needs_resume_auto_or_none(tmp_path):
 
 
 def test_two_nodes_train_as_one_node(tmp_path, digits16):
-    """scripts/multinode_check.sh on the CPU (gloo): two train.sh launches as two nodes of one process
+    """scripts/check_two_nodes.sh on the CPU (gloo): two train.sh launches as two nodes of one process
     (--nnodes 2 --node-rank 0/1) log the same loss at every step as one node of two processes."""
     import subprocess
 
     out = tmp_path / "check"
     result = subprocess.run(
-        ["bash", str(MODEL_DIR / "scripts" / "multinode_check.sh"), "--gpus-per-node", "1", "--results-dir", out,
+        ["bash", str(MODEL_DIR / "scripts" / "check_two_nodes.sh"), "--gpus-per-node", "1", "--results-dir", out,
          "--port", str(_free_port()), "--recipe", "configs/digits_cpu.yaml", "--data-dir", digits16,
          "--device", "cpu", "--image-size", "16", "--workers", "0", "--threads", "1", "--batch-size", "8",
          "--epochs", "1", "--steps-per-epoch", "3"],

@@ -117,11 +117,11 @@ def test_two_nodes_log_the_losses_of_one_node(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = sh("check_two_nodes.sh", "--gpus-per-node", 1, "--results-dir", tmp_path, "--port", port, "--tolerance",
-              0, "--", "--recipe", TINY, "--synthetic", "--max-seq", 32, "--set", "max_predictions=5", "--steps", 3,
+    proc = sh("check_two_nodes.sh", "--gpus-per-node", 1, "--results-dir", tmp_path, "--port", port, "--rtol", 0,
+              "--", "--recipe", TINY, "--synthetic", "--max-seq", 32, "--set", "max_predictions=5", "--steps", 3,
               "--device", "cpu", threads=1)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
-    assert "largest relative difference 0 over 3 steps" in proc.stdout
+    assert "same losses at all 3 steps (--rtol 0)" in proc.stdout
 
 
 def test_evaluate_scores_a_predictions_file(tmp_path):

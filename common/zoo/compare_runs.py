@@ -1,10 +1,11 @@
 """Compare two runs' training losses step for step (their RESULTS_DIR/metrics.jsonl).
 
-    python -m resnet50.compare_runs results/one_node results/two_nodes [--rtol 0]
+    python -m zoo.compare_runs results/one_node results/two_nodes [--rtol 0]
 
-Prints the steps side by side and exits 1 if a step of one run is missing from the other or its loss
-differs by more than ``--rtol`` (relative; 0: identical). ``scripts/multinode_check.sh`` uses it to
-check that two nodes train as one does.
+Prints the steps side by side and ends in one line (exit 1) if a step of one run is missing from the
+other or its loss differs by more than ``--rtol`` (relative; 0: identical). A model's
+``scripts/check_two_nodes.sh`` (common/scripts/check_two_nodes.sh) uses it to check that two nodes train
+as one does.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def differences(first: dict, second: dict, rtol: float) -> list[str]:
 
 @entry_point
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m resnet50.compare_runs", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m zoo.compare_runs", description=__doc__.split("\n")[0])
     p.add_argument("first", help="RESULTS_DIR of one run")
     p.add_argument("second", help="RESULTS_DIR of the other")
     p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default 0: identical)")
