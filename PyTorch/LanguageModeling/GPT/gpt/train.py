@@ -236,8 +236,6 @@ def main(argv=None) -> dict:
             mlperf.block_start(stretch, 1, samples=position["samples"])
             train_one_epoch(step, sampler, run, until=until, layout=layout, logger=logger, position=position)
             mlperf.block_stop(stretch, samples=position["samples"])
-            if args.exit_after_steps is not None and position["step"] >= args.exit_after_steps:
-                os._exit(137)
             last = position["step"] >= run.steps
             reached = False
             if eval_set is not None and (
@@ -262,6 +260,8 @@ def main(argv=None) -> dict:
                 reached = run.target.reached(metrics["log_perplexity"])
             if last or reached or (run.checkpoint_every and run.checkpoint_every.due(0, position["step"])):
                 save_checkpoint()
+            if args.exit_after_steps is not None and position["step"] >= args.exit_after_steps:
+                os._exit(137)  # tests: a run killed here loses the steps since its last checkpoint
             if reached:
                 status = "success"
                 break
