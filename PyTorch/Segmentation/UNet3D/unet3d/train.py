@@ -211,14 +211,14 @@ def train(args) -> dict:
     results_dir = pathlib.Path(args.results_dir)
     resume_path = zoo.cli.resolve_resume(args.resume, results_dir / CHECKPOINT_NAME)
     recipe_levers(recipe)  # a misspelt lever ends the run here, before any data is read
-    model = build_model(recipe)
-    patch = patch_shape(recipe, model)
+    patch = patch_shape(recipe)
     env, device = init_distributed(args.device)
     primary = env.rank == 0
     if args.threads:
         torch.set_num_threads(args.threads)
     fast_math(device)
-    seed_everything(run.seed)
+    seed_everything(run.seed)  # before the model: its initial weights come from the seed
+    model = build_model(recipe)
     cases = training_cases(recipe, args)
     patches = PatchLoader(
         cases["train"], patch, run.batch_per_gpu * run.accumulation, float(recipe["data"]["oversampling"]),
