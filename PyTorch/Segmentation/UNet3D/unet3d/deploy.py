@@ -42,7 +42,7 @@ def served_dice(url: str, model: str, cases: dict, patch, overlap: float, protoc
 
     def ask(windows: torch.Tensor) -> torch.Tensor:
         answer = client.infer(model, {INPUT_NAME: windows.cpu().numpy().astype(np.float32)}, [OUTPUT_NAME])
-        return torch.from_numpy(answer[OUTPUT_NAME])
+        return torch.from_numpy(np.array(answer[OUTPUT_NAME]))
 
     per_case = {}
     for name in sorted(cases):
