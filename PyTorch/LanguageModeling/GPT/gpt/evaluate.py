@@ -16,7 +16,7 @@ import torch
 from zoo.cli import AMP_CHOICES, entry_point
 from zoo.errors import UserError
 
-from gpt.data import TokenShards, check_tokenizer
+from gpt.data import TokenShards, check_tokenizer, read_meta
 from gpt.engine import evaluate
 from gpt.inference import load_model
 from gpt.parallel import Layout
@@ -53,6 +53,7 @@ def main(argv=None) -> dict:
     for name in ("samples", "batch"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    read_meta(data_dir)  # the data folder is checked before the model is read
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, recipe = load_model(args.checkpoint, device)
     check_tokenizer(data_dir, model.cfg.vocab_size)

@@ -8,11 +8,14 @@ generation with a KV cache, greedy or sampled. Evaluation, generate.sh, export a
 from __future__ import annotations
 
 import pathlib
+import warnings
 
+import numpy as np
 import torch
 from zoo.errors import UserError
 
 from gpt.model import GPT, build_model
+from gpt.serving import choose_next
 
 KIND = "gpt"
 
@@ -51,24 +54,12 @@ def _load_checkpoint_folder(path: pathlib.Path, device) -> tuple[GPT, dict]:
     state = load_training_checkpoint_sharded(
         path, None, needed, "a GPT training checkpoint", flag="--checkpoint"
     )
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # one process reads the shards
     model = build_model(state["recipe"]["model"], init=False)
     sharded = {"model": model.state_dict()}
     load_training_checkpoint_sharded(path, sharded, needed, "a GPT training checkpoint", flag="--checkpoint")
     model.load_state_dict(sharded["model"])
     return model.to(device).eval(), state["recipe"]
-
-
-def next_token(logits: torch.Tensor, temperature: float, top_k: int, generator) -> torch.Tensor:
-    """The next token of each row of ``logits`` (B, vocab): the most likely at temperature 0, else a
-    sample of softmax(logits / temperature) over the ``top_k`` most likely (all with 0)."""
-    if temperature <= 0:
-        return logits.argmax(dim=-1)
-    logits = logits.float() / temperature
-    if top_k and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probabilities = torch.softmax(logits, dim=-1)
-    return torch.multinomial(probabilities, 1, generator=generator).squeeze(-1)
 
 
 @torch.no_grad()
@@ -84,7 +75,8 @@ def generate(
 ) -> list[int]:
     """The ``prompt`` ids continued by up to ``max_new_tokens`` tokens (fewer where ``stop_id`` comes or
     the model's max_seq_len is reached); the prompt runs in one forward, each new token in one more,
-    attending to the KV cache of the earlier ones. Sampling draws from a generator seeded by ``seed``."""
+    attending to the KV cache of the earlier ones. Each token is gpt.serving.choose_next's (numpy,
+    seeded by ``seed``), the sampler the Triton model runs too."""
     if not prompt:
         raise UserError("the prompt is empty: give at least one token of text")
     limit = model.cfg.max_seq_len
@@ -95,14 +87,12 @@ def generate(
     device = model.embedding.weight.device
     total = min(limit, len(prompt) + max_new_tokens)
     cache = model.new_cache(1, total)
-    generator = torch.Generator(device=device).manual_seed(seed)
-    tokens = torch.tensor([prompt], device=device)
-    logits = model(tokens, cache=cache, start=0)[:, -1]
+    rng = np.random.default_rng(seed)
+    logits = model(torch.tensor([prompt], device=device), cache=cache, start=0)[0, -1]
     out = list(prompt)
     while len(out) < total:
-        token = next_token(logits, temperature, top_k, generator)
-        out.append(int(token))
-        if stop_id is not None and out[-1] == stop_id or len(out) == total:
+        out.append(choose_next(logits.float().cpu().numpy(), temperature, top_k, rng))
+        if out[-1] == stop_id or len(out) == total:
             break
-        logits = model(token.view(1, 1), cache=cache, start=len(out) - 1)[:, -1]
+        logits = model(torch.tensor([[out[-1]]], device=device), cache=cache, start=len(out) - 1)[0, -1]
     return out

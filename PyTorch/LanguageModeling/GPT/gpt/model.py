@@ -169,6 +169,26 @@ class Attention(nn.Module):
         return self.wo(out.transpose(1, 2).reshape(batch, length, -1))
 
 
+def attend_with_past(attention: Attention, x, cos, sin, past_k, past_v):
+    """``attention`` over ``x`` (B, T, dim) after ``past_k``/``past_v`` (B, kv_heads, P, head_dim) of the
+    earlier positions (P may be 0): (output, keys and values of all P + T positions). Written with
+    concatenation, an explicit mask and repeated KV heads, so that it exports to ONNX."""
+    batch, length, _ = x.shape
+    q = attention.wq(x).view(batch, length, -1, attention.head_dim).transpose(1, 2)
+    k = attention.wk(x).view(batch, length, -1, attention.head_dim).transpose(1, 2)
+    v = attention.wv(x).view(batch, length, -1, attention.head_dim).transpose(1, 2)
+    if cos is not None:
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+    total = k.shape[2]
+    rows = torch.arange(length, device=x.device).unsqueeze(1) + (total - length)
+    mask = torch.arange(total, device=x.device).unsqueeze(0) <= rows
+    repeat = q.shape[1] // k.shape[1]
+    keys, values = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+    return attention.wo(out.transpose(1, 2).reshape(batch, length, -1)), k, v
+
+
 class MLP(nn.Module):
     """GeLU MLP (gpt3: w1 then w2) or SwiGLU (llama: w2(silu(w1 x) * w3 x))."""
 
@@ -278,6 +298,33 @@ class GPT(nn.Module):
         if self.output is None:
             return F.linear(x, self.embedding.weight)
         return self.output(x)
+
+    def forward_with_past(self, tokens, past_k, past_v):
+        """(logits (B, T, vocab), keys and values (layers, B, kv_heads, P + T, head_dim)) of ``tokens``
+        after ``past_k``/``past_v`` of P earlier positions: the export-friendly form of a cached step
+        (gpt.export writes it to ONNX for Triton)."""
+        length, start = tokens.shape[1], past_k.shape[3]
+        x = self.embedding(tokens)
+        if self.positions is not None:
+            x = x + self.positions(torch.arange(length, device=tokens.device) + start)
+        cos = sin = None
+        if self.cfg.shape == "llama":
+            table_cos, table_sin = rope_tables(
+                self.cfg.head_dim, self.cfg.max_seq_len, self.cfg.rope_theta, tokens.device
+            )
+            cos, sin = table_cos[start : start + length], table_sin[start : start + length]
+        keys, values = [], []
+        for i, block in enumerate(self.blocks):
+            out, k, v = attend_with_past(
+                block.attention, block.attention_norm(x), cos, sin, past_k[i], past_v[i]
+            )
+            x = x + out
+            x = x + block.mlp(block.mlp_norm(x))
+            keys.append(k)
+            values.append(v)
+        x = self.norm(x)
+        logits = F.linear(x, self.embedding.weight) if self.output is None else self.output(x)
+        return logits, torch.stack(keys), torch.stack(values)
 
     def _run_block(self, block, x, rope, cache, start):
         if self.checkpointing == "none" or not torch.is_grad_enabled():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import shutil
+import warnings
 
 import torch
 from zoo.cli import entry_point
@@ -164,6 +165,8 @@ def main(argv=None) -> dict:
     from gpt.parallel import build_layout, parallel_settings
 
     args = parse_args(build_parser(), argv)
+    # One process saves and loads its checkpoint folder without a process group: that is intended.
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     recipe = recipe_from_args(args)
     run = run_config(recipe, args.recipe)
     check_run(run, recipe, args.recipe)

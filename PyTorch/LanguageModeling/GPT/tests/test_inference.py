@@ -79,3 +79,23 @@ def test_tritonserver_generates_what_generate_sh_prints(trained, tmp_path):
     except ServerError as e:
         pytest.fail(f"tritonserver did not start: {str(e).splitlines()[0]}")
     assert served == expected and served.startswith("The for statement")
+
+
+def test_the_onnx_prefill_and_step_give_our_logits(model, tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+    from gpt.export import export_onnx
+
+    prefill, step = (ort.InferenceSession(str(p)) for p in export_onnx(model, tmp_path))
+    tokens = torch.randint(0, 97, (1, 9))
+    with torch.no_grad():
+        full = model(tokens)[0]
+    settings = {"max_new_tokens": np.array([4], np.int32), "temperature": np.array([0.0], np.float32),
+                "top_k": np.array([0], np.int32), "seed": np.array([0], np.int64)}  # fmt: skip
+    logits, keys, values, *_ = prefill.run(None, {"prompt_ids": tokens[0, :6].numpy(), **settings})
+    np.testing.assert_allclose(logits[0], full[5].numpy(), rtol=1e-4, atol=1e-4)
+    for t in range(6, 9):
+        feed = {"tokens": tokens[:, t : t + 1].numpy(), "past_keys": keys, "past_values": values}
+        logits, keys, values = step.run(None, feed)
+        np.testing.assert_allclose(logits[0], full[t].numpy(), rtol=1e-4, atol=1e-4)
+    assert keys.shape[3] == 9
