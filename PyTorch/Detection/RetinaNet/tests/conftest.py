@@ -1,0 +1,18 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+MODEL_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(MODEL_DIR))
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def digits(tmp_path_factory) -> Path:
+    """The digits detection set (retinanet.digits): 384 training and 96 validation images of 32 pixels."""
+    from retinanet.digits import make_digits_coco
+
+    return make_digits_coco(tmp_path_factory.mktemp("digits"), images=384, size=32)
