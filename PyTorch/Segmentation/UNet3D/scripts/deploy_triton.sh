@@ -6,6 +6,7 @@ export PYTHONPATH="${MODEL_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
 PYTHON="${PYTHON:-python}"
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
   echo "Usage: scripts/deploy_triton.sh --data-dir DIR [--repository DIR] [--model unet3d_python|unet3d_onnx] [--url HOST:PORT]"
+  echo "                                 [--concurrency 1,4,16 --requests N]   (load mode: windows per second, latency)"
   echo
 fi
 exec "${PYTHON}" -m unet3d.deploy "$@"

@@ -4,6 +4,10 @@ held-out cases is printed (the score evaluate.py gives the same model).
 
     python -m unet3d.deploy --repository triton_repo --data-dir /data/kits19_npy      # starts tritonserver
     python -m unet3d.deploy --url 127.0.0.1:8000 --model unet3d_onnx --data-dir ...   # a running server
+    python -m unet3d.deploy --repository triton_repo --data-dir ... --concurrency 1,4 --requests 32  # load
+
+Load mode sends single windows cut from the held-out volumes (their centres and corners) at each
+concurrency level and prints throughput and latency (zoo.triton.load).
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import torch
 from zoo.cli import entry_point, parse_args
 from zoo.errors import UserError
 from zoo.triton.client import TritonClient, serve_or_connect
+from zoo.triton.load import add_load_args, run_load_mode
 from zoo.triton.repository import parse_pbtxt
 
 from unet3d.data import load_cases
 from unet3d.export import INPUT_NAME, OUTPUT_NAME
-from unet3d.inference import segment_volume
+from unet3d.inference import PADDING_VALUE, segment_volume
 from unet3d.losses import dice_scores
 
 
@@ -55,6 +60,19 @@ def served_dice(url: str, model: str, cases: dict, patch, overlap: float, protoc
             "dice_tumour": float(scores[:, 1].mean()), "cases": per_case}  # fmt: skip
 
 
+def load_windows(cases: dict, patch) -> list[dict]:
+    """One-window requests of the held-out volumes: the centre and the first corner of each."""
+    requests = []
+    for name in sorted(cases):
+        image = np.asarray(cases[name][0], dtype=np.float32)
+        grow = [(0, max(0, p - s)) for p, s in zip(patch, image.shape[1:], strict=True)]
+        image = np.pad(image, [(0, 0), *grow], constant_values=PADDING_VALUE)
+        for corner in ([0, 0, 0], [(s - p) // 2 for s, p in zip(image.shape[1:], patch, strict=True)]):
+            window = image[(slice(None), *(slice(c, c + p) for c, p in zip(corner, patch, strict=True)))]
+            requests.append({INPUT_NAME: np.ascontiguousarray(window[None])})
+    return requests
+
+
 @entry_point
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m unet3d.deploy", description=__doc__.split("\n")[0])
@@ -70,12 +88,16 @@ def main(argv=None) -> None:
         "--data-dir", required=True, help="a prepared KiTS19 folder: its held-out cases are segmented"
     )
     p.add_argument("--server-log", default=None, help="keep tritonserver's log in this file")
+    add_load_args(p)
     args = parse_args(p, argv)
     patch, overlap = served_settings(args.repository, args.model)
     cases = load_cases(args.data_dir)["val"]
     with serve_or_connect(
         args.repository, args.model, url=args.url, protocol=args.protocol, log_path=args.server_log
     ) as url:
+        if args.concurrency:
+            run_load_mode(url, args.model, load_windows(cases, patch), args, outputs=[OUTPUT_NAME])
+            return
         result = served_dice(url, args.model, cases, patch, overlap, args.protocol)
     for name, (kidney, tumour) in result["cases"].items():
         print(f"{name}: Dice kidney {kidney:.4f} tumour {tumour:.4f}")
