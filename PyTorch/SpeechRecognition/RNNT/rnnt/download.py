@@ -3,7 +3,7 @@ one manifest per split and the SentencePiece model trained on the training trans
 
     python -m rnnt.download --data-dir /data/librispeech                 # MLPerf's splits, 1023 pieces
     python -m rnnt.download --data-dir /data/librispeech --splits dev-clean
-    python -m rnnt.download --data-dir /tmp/spoken --synthetic --vocab-size 29   # espeak-ng sentences
+    python -m rnnt.download --data-dir /tmp/spoken --synthetic      # espeak-ng digits, configs/spoken_cpu.yaml
 
 Each archive is fetched through zoo.io.download (HTTP Range resume, a tar signature check), then
 checked against openslr's published MD5 before it is extracted (into a temporary folder, renamed into
@@ -37,6 +37,8 @@ ARCHIVES = {
 TRAIN_SPLITS = ["train-clean-100", "train-clean-360", "train-other-500"]
 MLPERF_SPLITS = [*TRAIN_SPLITS, "dev-clean"]
 TOKENIZER = "sentencepiece/librispeech1023.model"
+# --synthetic's: what configs/spoken_cpu.yaml reads
+SPOKEN_TOKENIZER, SPOKEN_VOCAB = "sentencepiece/spoken.model", 29
 
 
 def md5_file(path) -> str:
@@ -154,10 +156,15 @@ def main(argv=None) -> pathlib.Path:
         help=f"comma-separated (default {','.join(MLPERF_SPLITS)})",
     )
     parser.add_argument(
-        "--vocab-size", type=int, default=1023, help="SentencePiece pieces (default 1023, MLPerf's)"
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="SentencePiece pieces (default 1023, MLPerf's; --synthetic 29)",
     )
     parser.add_argument(
-        "--tokenizer", default=TOKENIZER, help=f"the model's path under --data-dir (default {TOKENIZER})"
+        "--tokenizer",
+        default=None,
+        help=f"the model's path under --data-dir (default {TOKENIZER}; --synthetic {SPOKEN_TOKENIZER})",
     )
     parser.add_argument("--mirror", default=MIRROR, help=f"where the archives are (default {MIRROR})")
     parser.add_argument(
@@ -166,6 +173,9 @@ def main(argv=None) -> pathlib.Path:
     args = parser.parse_args(argv)
     if not args.data_dir:
         raise UserError("pass --data-dir (or set DATA_DIR)")
+    synthetic = args.synthetic
+    args.vocab_size = args.vocab_size or (SPOKEN_VOCAB if synthetic else 1023)
+    args.tokenizer = args.tokenizer or (SPOKEN_TOKENIZER if synthetic else TOKENIZER)
     if args.vocab_size < 2:
         raise UserError(f"--vocab-size must be at least 2, not {args.vocab_size}")
     if args.synthetic:
