@@ -62,11 +62,16 @@ def parallel_settings(section: dict) -> dict:
     }
 
 
+def check_layout(settings: dict, world: int) -> int:
+    """The tensor-parallel degree, once it divides the ``world`` processes."""
+    if world % settings["tensor"]:
+        raise UserError(f"parallel.tensor {settings['tensor']} does not divide the {world} processes")
+    return settings["tensor"]
+
+
 def build_layout(settings: dict, world: int, rank: int, device) -> Layout:
     """The (dp, tp) split of ``world`` processes; the DeviceMesh when there is more than one."""
-    tp = settings["tensor"]
-    if world % tp:
-        raise UserError(f"parallel.tensor {tp} does not divide the {world} processes")
+    tp = check_layout(settings, world)
     dp = world // tp
     if world == 1:
         return Layout(dp=1, tp=1, dp_rank=0, tp_rank=0)

@@ -162,7 +162,10 @@ def main(argv=None) -> dict:
         save_training_checkpoint_sharded,
     )
 
-    from gpt.parallel import build_layout, parallel_settings
+    from zoo.dist import get_dist_env
+
+    from gpt.model import model_config
+    from gpt.parallel import build_layout, check_layout, parallel_settings
 
     args = parse_args(build_parser(), argv)
     # One process saves and loads its checkpoint folder without a process group: that is intended.
@@ -170,6 +173,8 @@ def main(argv=None) -> dict:
     recipe = recipe_from_args(args)
     run = run_config(recipe, args.recipe)
     check_run(run, recipe, args.recipe)
+    check_layout(parallel_settings(recipe["parallel"]), get_dist_env().world_size)
+    model_config(recipe["model"])  # a bad model: key ends the run before anything is read or written
     results = pathlib.Path(args.results_dir)
     resume_from = resolve_resume(args.resume, results / SHARDED_CHECKPOINT_NAME)
     # Everything a run reads is checked before it writes anything into the results folder.
