@@ -125,3 +125,17 @@ def test_dataset_json_names_missing_cases(prepared, tmp_path):
     with pytest.raises(UserError, match="lacks the npy files of 1 case"):
         read_dataset(tmp_path / "copy")
     assert json.loads((prepared / "dataset.json").read_text())["clip"] == [-79.0, 304.0]
+
+
+def test_prepared_files_are_compared_with_the_reference_md5(prepared, tmp_path):
+    import hashlib
+
+    from unet3d.kits19 import compare_with_reference
+
+    table = tmp_path / "md5.json"
+    digest = hashlib.md5((prepared / "case_00000_x.npy").read_bytes()).hexdigest()
+    table.write_text(json.dumps({"case_00000_x.npy": digest, "case_00000_y.npy": "0" * 32}))
+    result = compare_with_reference(prepared, ["case_00000", "case_00001"], table)
+    assert result == {"same": 1, "different": ["case_00000_y.npy"], "unlisted": 2}
+    # the generated cases share KiTS19's names but not its volumes: none of them equals the reference's
+    assert json.loads((prepared / "dataset.json").read_text())["reference_md5"]["same"] == 0

@@ -7,11 +7,14 @@ clipped and normalised, padded to the patch size and stored as npy.
 
 The facts are the MLPerf reference's (mlcommons/training, image_segmentation/pytorch): 210 cases, 42 of
 them held out for evaluation (EVAL_CASES), target spacing 1.6 x 1.2 x 1.2 mm, intensities clipped to
-[-79, 304] HU, then (x - 101.0) / 76.9, every side edge-padded to at least 128 voxels.
+[-79, 304] HU, then (x - 101.0) / 76.9, every side edge-padded to at least 128 voxels. The reference
+publishes the md5 of each npy file it writes (its checksum.json, kept here as kits19_md5.json): every
+prepared KiTS19 file is compared with it and the count of equal files is recorded in dataset.json.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 
@@ -30,6 +33,7 @@ MEAN, STD = 101.0, 76.9
 MIN_SHAPE = (128, 128, 128)
 CLASSES = ("background", "kidney", "tumour")
 DATASET_FILE = "dataset.json"
+REFERENCE_MD5 = pathlib.Path(__file__).with_name("kits19_md5.json")
 
 
 def case_name(case_id: int) -> str:
@@ -121,6 +125,28 @@ def write_dataset(data_dir, train: list[str], val: list[str], **facts) -> pathli
     return path
 
 
+def compare_with_reference(data_dir, cases, table=REFERENCE_MD5) -> dict:
+    """How the prepared npy files of ``cases`` compare with the MLPerf reference's md5 of the same files:
+    {"same": N, "different": [file names], "unlisted": N (files the reference does not list)}."""
+    reference = json.loads(pathlib.Path(table).read_text())
+    result = {"same": 0, "different": [], "unlisted": 0}
+    for name in cases:
+        for suffix in ("x", "y"):
+            file_name = f"{name}_{suffix}.npy"
+            if file_name not in reference:
+                result["unlisted"] += 1
+                continue
+            digest = hashlib.md5(usedforsecurity=False)
+            with open(pathlib.Path(data_dir) / file_name, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            if digest.hexdigest() == reference[file_name]:
+                result["same"] += 1
+            else:
+                result["different"].append(file_name)
+    return result
+
+
 def raw_cases(raw_dir) -> list[str]:
     """The case folders of ``raw_dir`` (``case_XXXXX`` with an imaging.nii.gz)."""
     raw_dir = pathlib.Path(raw_dir)
@@ -151,9 +177,16 @@ def prepare_dataset(raw_dir, data_dir, *, val_cases=None, min_shape=MIN_SHAPE, l
         log(f"{name}: {image.shape} at {spacing} mm -> {x.shape[1:]}, mean {x.mean():.2f} std {x.std():.2f}")
     train = [c for c in cases if c not in val_cases]
     val = [c for c in cases if c in val_cases]
+    reference = compare_with_reference(data_dir, cases)
+    if reference["same"] or reference["different"]:
+        log(
+            f"{reference['same']} of {reference['same'] + len(reference['different'])} files equal the MLPerf "
+            "reference's (md5)"
+            + (f"; different: {', '.join(reference['different'][:4])}" if reference["different"] else "")
+        )
     return write_dataset(
         data_dir, train, val, target_spacing=list(TARGET_SPACING), clip=list(CLIP_RANGE),
-        mean=MEAN, std=STD, min_shape=list(min_shape),
+        mean=MEAN, std=STD, min_shape=list(min_shape), reference_md5=reference,
     )  # fmt: skip
 
 
