@@ -16,13 +16,14 @@ TF_REQS := $(wildcard TensorFlow/*/*/requirements.txt)
 TF_NODEPS := $(wildcard TensorFlow/*/*/requirements-nodeps.txt)
 MX_REQS := $(wildcard MXNet/*/*/requirements.txt)
 
-.PHONY: help setup setup-pytorch setup-tensorflow setup-mxnet test test-common demo lint format docker-build clean
+.PHONY: help setup setup-pytorch setup-tensorflow setup-mxnet test test-common demo lint format docker-build clean new-model
 
 help:
 	@echo "make demo          train, evaluate, export and serve ResNet-50 on a small embedded dataset (CPU)"
 	@echo "make test          create the venvs and run every test (CPU)"
 	@echo "make setup         create .venv/pytorch, .venv/tensorflow, .venv/mxnet"
 	@echo "make lint          ruff check + ruff format --check + hadolint"
+	@echo "make new-model NAME=PyTorch/<Domain>/<Model> PACKAGE=<name>   a new model from the skeleton (CONTRIBUTING.md)"
 	@echo "make docker-build  build the base images and every model image (needs a Docker engine);"
 	@echo "                  MODEL=PyTorch/Classification/ResNet50 builds one model and its base"
 
@@ -70,6 +71,11 @@ lint: setup-pytorch
 	$(VENV)/pytorch/bin/ruff check .
 	$(VENV)/pytorch/bin/ruff format --check .
 	$(VENV)/pytorch/bin/hadolint Dockerfiles/*/Dockerfile */*/*/Dockerfile
+
+# A new PyTorch model directory from common/templates/pytorch, in the zoo's one shape (CONTRIBUTING.md).
+new-model: setup-pytorch
+	@test -n "$(NAME)" -a -n "$(PACKAGE)" || { echo "usage: make new-model NAME=PyTorch/<Domain>/<Model> PACKAGE=<name>" >&2; exit 2; }
+	$(VENV)/pytorch/bin/python -m zoo.new_model $(NAME) --package $(PACKAGE)
 
 format: setup-pytorch
 	$(VENV)/pytorch/bin/ruff format .
