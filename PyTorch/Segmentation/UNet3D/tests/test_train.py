@@ -55,18 +55,20 @@ def test_resume_after_a_kill_equals_an_unbroken_run(prepared, trained, tmp_path)
         torch.testing.assert_close(resumed["model"][name], tensor, rtol=0, atol=0, msg=name)
 
 
-def test_two_gloo_processes_keep_equal_weights(prepared, tmp_path):
+def test_two_gloo_processes_equal_one_process_of_twice_the_batch(prepared, tmp_path):
     env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    two, one = tmp_path / "two", tmp_path / "one"
     command = ["bash", str(MODEL_DIR / "scripts" / "train.sh"), "--gpus", "2", *TINY, "--epochs", "2"]
-    command += [
-        "--data-dir",
-        str(prepared),
-        "--results-dir",
-        str(tmp_path),
-        "--rdzv-endpoint",
-        "127.0.0.1:29761",
-    ]
+    command += ["--data-dir", str(prepared), "--results-dir", str(two), "--rdzv-endpoint", "127.0.0.1:29761"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "weights identical on all 2 ranks" in done.stdout
-    check_log(tmp_path / "mlperf.log", "unet3d")
+    check_log(two / "mlperf.log", "unet3d")
+    main(
+        [*TINY, "--epochs", "2", "--batch-size", "4", "--data-dir", str(prepared), "--results-dir", str(one)]
+    )
+    by_two = torch.load(two / "checkpoint.pt", weights_only=False)
+    by_one = torch.load(one / "checkpoint.pt", weights_only=False)
+    assert by_one["step"] == by_two["step"] == 2  # 6 cases, 4 a step: 1 step an epoch
+    for name, tensor in by_one["model"].items():
+        torch.testing.assert_close(by_two["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)

@@ -10,8 +10,9 @@ An epoch shows every training case once over all ranks (MLPerf's epoch), ``batch
 step, in an order drawn from (seed, epoch). Each patch is cropped on the host from the memory-mapped npy
 (MLPerf's foreground oversampling: with probability ``oversampling`` the patch covers the bounding box of
 a random foreground class of the case), then flipped, scaled and noised on the device
-(``augment``). Every random draw of step s of epoch e on rank r comes from generators seeded with
-(seed, e, r, s): a resumed run draws the same patches as an unbroken one.
+(``augment``). Every random draw for the i-th sample of global step s of epoch e comes from generators
+seeded with (seed, e, s, i): a resumed run draws the same patches as an unbroken one, and N processes of
+batch B the same as one process of batch N x B.
 """
 
 from __future__ import annotations
@@ -112,15 +113,20 @@ class PatchLoader:
         order = np.random.default_rng([self.seed, epoch]).permutation(len(self.names))
         per_step = self.batch_size * self.world_size
         for step in range(start_step, self.batches_per_epoch):
-            chosen = np.resize(order, (step + 1) * per_step)[step * per_step :][self.rank :: self.world_size]
-            rng = np.random.default_rng([self.seed, epoch, self.rank, step])
-            crops = [self.crop(self.names[i], rng) for i in chosen]
+            samples = range(
+                step * per_step + self.rank * self.batch_size,
+                step * per_step + (self.rank + 1) * self.batch_size,
+            )
+            crops = [
+                self.crop(self.names[order[i % len(order)]], np.random.default_rng([self.seed, epoch, i]))
+                for i in samples
+            ]
             images = torch.from_numpy(np.stack([c[0] for c in crops])).to(self.device, non_blocking=True)
             labels = torch.from_numpy(np.stack([c[1] for c in crops])).to(self.device, non_blocking=True)
-            generator = torch.Generator(self.device).manual_seed(
-                hash((self.seed, epoch, self.rank, step)) % 2**63
-            )
-            yield augment(images, labels, generator)
+            generators = [
+                torch.Generator(self.device).manual_seed(hash((self.seed, epoch, i)) % 2**63) for i in samples
+            ]
+            yield augment(images, labels, generators)
 
     def crop(self, name: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         image, label = self.cases[name]
@@ -135,22 +141,21 @@ class PatchLoader:
         return np.ascontiguousarray(image[window], dtype=np.float32), np.ascontiguousarray(label[window])
 
 
-def augment(images: torch.Tensor, labels: torch.Tensor, generator: torch.Generator):
-    """MLPerf's training augmentation on the device, drawn from ``generator``: random flips of each axis
-    (image and label together), intensity scaling, Gaussian noise; per sample."""
+def augment(images: torch.Tensor, labels: torch.Tensor, generators: list[torch.Generator]):
+    """MLPerf's training augmentation on the device, sample i's draws from ``generators[i]``: random flips
+    of each axis (image and label together), intensity scaling, Gaussian noise."""
     device = images.device
-    batch = images.shape[0]
-    draws = torch.rand(batch, 6, generator=generator, device=device)
     out_images, out_labels = [], []
-    for i in range(batch):
-        axes = [axis + 1 for axis in range(3) if draws[i, axis] < FLIP_PROBABILITY]
+    for i, generator in enumerate(generators):
+        draws = torch.rand(7, generator=generator, device=device).tolist()  # the one sync of a sample
+        axes = [axis + 1 for axis in range(3) if draws[axis] < FLIP_PROBABILITY]
         image, label = images[i], labels[i]
         if axes:
             image, label = image.flip(axes), label.flip(axes)
-        if draws[i, 3] < BRIGHTNESS[0]:
-            image = image * (1 - BRIGHTNESS[1] + 2 * BRIGHTNESS[1] * draws[i, 5])
-        if draws[i, 4] < NOISE[0]:
-            deviation = NOISE[1] * torch.rand((), generator=generator, device=device)
+        if draws[3] < BRIGHTNESS[0]:
+            image = image * (1 - BRIGHTNESS[1] + 2 * BRIGHTNESS[1] * draws[5])
+        if draws[4] < NOISE[0]:
+            deviation = NOISE[1] * draws[6]
             image = image + deviation * torch.randn(image.shape, generator=generator, device=device)
         out_images.append(image)
         out_labels.append(label)
