@@ -42,84 +42,8 @@ so ``division="open"`` is the default; pass ``division="closed"`` for a full-len
 reference recipe. Exception: transformer's 0.7.0 open rules keep the closed target (BLEU >= 25, logged
 as 0.25), so no transformer run below that target passes in either division.
 
-Rulesets (``RULESETS``): for each benchmark, the newest ruleset shipped in mlperf-logging 4.1.68 whose
-rules cover the model the zoo trains.
-
-- resnet 4.0.0: 4.1.0 still lists "resnet" but ships no closed_/open_resnet.yaml (the check fails on
-  a missing file).
-- bert 5.0.0: 5.1.0 ships closed_bert.yaml but no longer accepts "bert" as submission_benchmark.
-- ssd 1.0.0: SSD300 with a ResNet-34 backbone was "ssd" from 0.6.0 to 1.1.0; from 2.0.0 "ssd" is
-  RetinaNet (opt_name "adam", weight decay 0, mAP 0.34). 1.1.0 checks the same SSD300 keys and target
-  as 1.0.0 but its closed rules also demand one ``weights_initialization`` event per tensor, named as
-  MXNet Gluon names them ("ssd0_resnetmlperf0_conv0_weight", ...), which a PyTorch or TensorFlow model
-  cannot emit truthfully; 1.0.0 is the last framework-neutral SSD300 ruleset.
-- maskrcnn 3.1.0: 4.0.0 and 4.1.0 still list "maskrcnn" but ship no maskrcnn rules.
-- transformer 0.7.0: the last round with the transformer benchmark.
-- dlrm_dcnv2 6.0.0: 6.1.0 replaced it with dlrmv4.
-- unet3d 4.0.0: the last round with the 3D U-Net (4.1.0 ships no unet3d rules).
-- retinanet 5.1.0 (opt_name "adam", opt_weight_decay 0, warm-up epochs/factor; mAP >= 0.34); 2.0-4.1 named it "ssd".
-- gpt3 4.1.0: the last round with GPT-3 175B (v5.0 replaced it with llama31_405b). Both divisions demand
-  init_checkpoint_step > 0 (the run starts from the reference checkpoint) and log-perplexity in (2.6, 2.69].
-- llama31_8b 5.1.0: the open rules ask only eval_accuracy < 1.0 with epoch_num; 6.x adds disclosure keys.
-
-Keys every benchmark must log (common.yaml of each ruleset; "once" is EXACTLY_ONE, ">= 1" AT_LEAST_ONE):
-
-- once each: submission_benchmark, submission_org, submission_platform, submission_division
-  ("closed"/"open"), submission_status ("cloud", "onprem", "preview", "research") -- the constructor;
-- cache_clear >= 1 with a value: ``cache_clear()``;
-- init_start >= 1 (before init_stop and run_start); init_stop once, at most 30 min after the first
-  init_start in closed (240 min open; 0.7.0: 20 min, 1.0.0: 30 min in both): ``init_start/init_stop()``;
-- run_start once, after init_stop; run_stop once with metadata ``status``: ``run_start()``,
-  ``run_stop(status)``;
-- epoch_start/epoch_stop >= 1 with metadata ``epoch_num`` (``epoch_start(epoch)``), or instead
-  block_start (metadata first_epoch_num and epoch_count > 0) / block_stop (first_epoch_num):
-  ``block_start(first_epoch, epoch_count)``, ``block_stop(first_epoch)``;
-- eval_start/eval_stop >= 1 with ``epoch_num``: ``eval_start(epoch)``, ``eval_stop(epoch)``;
-- eval_accuracy >= 1 with ``epoch_num``: ``eval_accuracy(value, epoch)``;
-- train_samples, eval_samples once each, non-empty: ``train_samples(n)``, ``eval_samples(n)``;
-- closed only (rulesets >= 1.0.0): gradient_accumulation_steps once, > 0.
-
-The methods always add ``epoch_num`` (``samples`` adds samples_count), which every ruleset accepts.
-Keys each benchmark adds in the closed division (``hyperparameters(**values)`` logs them, once each;
-a condition is the checker's value check), and its quality target:
-
-- resnet (4.0.0): global_batch_size > 0; opt_name "sgd" or "lars". With "sgd":
-  sgd_opt_base_learning_rate (a multiple of 0.001), sgd_opt_end_learning_rate == 0.0001,
-  sgd_opt_learning_rate_decay_poly_power, sgd_opt_learning_rate_decay_steps, sgd_opt_weight_decay
-  (0.0001 * 2**k), sgd_opt_momentum, model_bn_span, opt_learning_rate_warmup_epochs. With "lars":
-  lars_opt_base_learning_rate, lars_opt_end_learning_rate == 0.0001,
-  lars_opt_learning_rate_decay_poly_power == 2, lars_opt_learning_rate_decay_steps, lars_epsilon == 0.0,
-  lars_opt_learning_rate_warmup_epochs, lars_opt_momentum, lars_opt_weight_decay (0.0001 * 2**k).
-  eval_accuracy: top-1 fraction, >= 0.759 once.
-- bert (5.0.0): global_batch_size, opt_base_learning_rate, opt_lamb_epsilon,
-  opt_learning_rate_training_steps, opt_learning_rate_warmup_steps, num_warmup_steps,
-  start_warmup_step, opt_lamb_beta_1, opt_lamb_beta_2, opt_lamb_weight_decay_rate (no value checks).
-  eval_accuracy: masked-LM accuracy, >= 0.720 once (``epoch_num`` required, as in the references:
-  the samples trained so far).
-- ssd (1.0.0, SSD300): global_batch_size, model_bn_span >= 1, opt_learning_rate_warmup_factor >= 0,
-  opt_learning_rate_warmup_steps >= 1, opt_weight_decay, opt_base_learning_rate, max_samples 1 or 50,
-  opt_learning_rate_decay_boundary_epochs a list of two epochs whose second is 50 * (1 + k/10)
-  (the reference's [40, 50]). eval_accuracy: COCO mAP, >= 0.23 once.
-- maskrcnn (3.1.0): global_batch_size > 0, opt_base_learning_rate (a multiple of 0.02; below global
-  batch 16 also 0.02 / k), opt_learning_rate_warmup_steps >= 0, opt_learning_rate_warmup_factor > 0,
-  num_image_candidates (a multiple of 1000), opt_learning_rate_decay_factor == 0.1,
-  opt_learning_rate_decay_steps (a list of two), min_image_size >= 0, max_image_size >= 0.
-  eval_accuracy's value is a dict ``{"BBOX": mAP, "SEGM": mAP}`` in both divisions; closed needs
-  BBOX >= 0.377 and SEGM >= 0.339 once.
-- transformer (0.7.0; no gradient_accumulation_steps rule): global_batch_size > 0, opt_name "adam" or
-  "lazy_adam", opt_base_learning_rate > 0, opt_learning_rate_warmup_steps >= 0, opt_adam_beta_1 >= 0,
-  opt_adam_beta_2 >= 0, opt_adam_epsilon == 1e-9, max_sequence_length > 0 with metadata
-  ``{"method": "truncate" | "discard"}`` (``event("max_sequence_length", 256, {"method": "discard"})``).
-  eval_accuracy: BLEU / 100, >= 0.25 once, in both divisions.
-- dlrm_dcnv2 (6.0.0): global_batch_size, opt_name "adagrad", opt_base_learning_rate,
-  opt_adagrad_learning_rate_decay == 0, opt_weight_decay == 0, opt_adagrad_initial_accumulator_value
-  == 0, opt_adagrad_epsilon == 1e-8, opt_learning_rate_warmup_steps == 0,
-  opt_learning_rate_decay_start_step == 0, opt_learning_rate_decay_steps == 0; eval_samples ==
-  89137319 (the full Criteo 1TB day-23 half). eval_accuracy: ROC AUC, >= 0.80275 once.
-- unet3d (4.0.0): global_batch_size, opt_name, opt_base_learning_rate, opt_learning_rate_warmup_epochs
-  >= 0, opt_learning_rate_decay_boundary_epochs, opt_learning_rate_decay_factor, opt_weight_decay,
-  opt_momentum, oversampling, training_input_shape, validation_input_shape, validation_overlap;
-  train_samples == 168, eval_samples == 42 (KiTS19's split). eval_accuracy: mean Dice, >= 0.908 once.
+Rulesets (``RULESETS``: why each benchmark is checked against the ruleset it is), the keys every benchmark
+must log and the keys and quality target each benchmark adds in the closed division: docs/MLPERF.md.
 
 Keys a ruleset does not know are allowed, so a model may log the closed keys in an open run.
 """
