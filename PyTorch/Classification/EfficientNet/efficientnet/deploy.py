@@ -1,0 +1,177 @@
+"""Serve a Triton model repository with tritonserver and classify images through tritonclient.
+
+    python -m efficientnet.deploy --repository triton_repo --model efficientnet_python --protocol grpc img.jpg dir/
+    python -m efficientnet.deploy --url 127.0.0.1:8000 --model efficientnet_onnx img.jpg   # a server already running
+    python -m efficientnet.deploy --repository triton_repo --concurrency 1,4,16 --requests 256 img.jpg  # load
+
+Prints the top-k classes of every image and the served latency (p50/p90/p99 over the requests, sent
+one at a time over one connection). Load mode (--concurrency) sends the images' requests from that
+many clients at once at each level and prints throughput, p50/p99 latency and errors per level; it
+exits non-zero if any request failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+
+import numpy as np
+from zoo.bench import percentiles
+from zoo.cli import entry_point
+from zoo.imagenet_loaders import (
+    IMAGE_EXTENSIONS,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    DataError,
+    one_line,
+)
+
+
+def preprocess(path, image_size: int) -> np.ndarray:
+    """The validation transform of our recipes (short side to image_size + 32, bicubic, centre crop,
+    normalise) as FP32 [3,H,W]."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+    except (UnidentifiedImageError, OSError) as e:
+        raise DataError(f"corrupt or unreadable image {path}: {one_line(e)}") from None
+    short = image_size + 32
+    scale = short / min(image.size)
+    image = image.resize(
+        (max(short, round(image.width * scale)), max(short, round(image.height * scale))), Image.BICUBIC
+    )
+    left, top = (image.width - image_size) // 2, (image.height - image_size) // 2
+    image = image.crop((left, top, left + image_size, top + image_size))
+    array = np.asarray(image, dtype=np.float32) / 255.0
+    array = (array - np.array(IMAGENET_MEAN, np.float32)) / np.array(IMAGENET_STD, np.float32)
+    return np.ascontiguousarray(array.transpose(2, 0, 1))
+
+
+def collect_images(paths: list[str]) -> list[pathlib.Path]:
+    images = []
+    for item in paths:
+        path = pathlib.Path(item)
+        if path.is_dir():
+            images += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
+        elif path.is_file():
+            images.append(path)
+        else:
+            raise DataError(f"image or folder {path} does not exist")
+    if not images:
+        raise DataError(f"no images found in {', '.join(paths)}")
+    return images
+
+
+def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: int, protocol: str, top_k: int,
+             class_names: list[str] | None = None, batch_size: int = 1):  # fmt: skip
+    """[(path, [(class, score), ...])], latencies_ms: one request per ``batch_size`` images.
+
+    The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``).
+    """
+    from zoo.triton.client import TritonClient
+
+    predictions, latencies = [], []
+    with TritonClient(url, protocol) as client:
+        (input_name,), (output_name,) = client.model_io(model)
+        for start in range(0, len(images), batch_size):
+            chunk = images[start : start + batch_size]
+            batch = np.stack([preprocess(p, image_size) for p in chunk])
+            began = time.perf_counter()
+            logits = client.infer(model, {input_name: batch}, [output_name])[output_name]
+            latencies.append(1000 * (time.perf_counter() - began))
+            predictions += _top_k(chunk, logits, top_k, class_names)
+    return predictions, latencies
+
+
+def load(url: str, model: str, images: list[pathlib.Path], args) -> list[dict]:
+    """Load mode: the images' requests (``args.batch_size`` per request) at each ``args.concurrency``."""
+    from zoo.triton.client import model_io
+    from zoo.triton.load import run_load_mode
+
+    (input_name,), (output_name,) = model_io(url, model, args.protocol)
+    batches = [
+        {
+            input_name: np.stack(
+                [preprocess(p, args.image_size) for p in images[start : start + args.batch_size]]
+            )
+        }
+        for start in range(0, len(images), args.batch_size)
+    ]
+    return run_load_mode(url, model, batches, args, outputs=[output_name])
+
+
+def _top_k(chunk, logits, top_k, class_names):
+    """[(path, [(class, score), ...])] of each image of ``chunk`` from its logits row."""
+    predictions = []
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs = shifted / shifted.sum(axis=1, keepdims=True)
+    for path, row in zip(chunk, probs, strict=True):
+        best = np.argsort(-row)[:top_k]
+        names = [class_names[i] if class_names else str(i) for i in best]
+        predictions.append((path, list(zip(names, row[best].tolist(), strict=True))))
+    return predictions
+
+
+def report(predictions, latencies, protocol: str, model: str, class_names: list[str] | None = None) -> None:
+    labelled = matched = 0
+    for path, top in predictions:
+        print(f"{path}: " + ", ".join(f"{name} ({score:.3f})" for name, score in top))
+        # Images inside a folder named after a class (data_dir/val/<class>/x.jpg) carry their label.
+        if class_names and path.parent.name in class_names:
+            labelled += 1
+            matched += top[0][0] == path.parent.name
+    if labelled:
+        print(
+            f"top-1 agrees with the folder label for {matched}/{labelled} images ({100 * matched / labelled:.1f}%)"
+        )
+    stats = percentiles(latencies)
+    print(
+        f"{model} over {protocol}: {len(latencies)} requests, latency p50 {stats['p50']:.1f} ms, "
+        f"p90 {stats['p90']:.1f} ms, p99 {stats['p99']:.1f} ms"
+    )
+
+
+@entry_point
+def main(argv=None) -> None:
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.load import add_load_args
+
+    p = argparse.ArgumentParser(prog="python -m efficientnet.deploy", description=__doc__.split("\n")[0])
+    p.add_argument("images", nargs="+", help="image files or folders")
+    p.add_argument("--repository", default="triton_repo", help="model repository to serve (unless --url)")
+    p.add_argument("--url", default=None, help="use a running server at host:port instead of starting one")
+    p.add_argument("--model", default="efficientnet_python", help="model name in the repository")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--image-size", type=int, default=224, help="the exported model's input size (B4: 380)")
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=1, help="images per request")
+    p.add_argument("--classes", default=None, help="text file with one class name per line (label order)")
+    p.add_argument("--server-log", default=None, help="write tritonserver's output here")
+    add_load_args(p)
+    args = p.parse_args(argv)
+    try:
+        images = collect_images(args.images)
+        names = pathlib.Path(args.classes).read_text().split() if args.classes else None
+        kwargs = dict(image_size=args.image_size, protocol=args.protocol, top_k=args.top_k,
+                      class_names=names, batch_size=args.batch_size)  # fmt: skip
+
+        serving = serve_or_connect(
+            args.repository, args.model, url=args.url, protocol=args.protocol, log_path=args.server_log
+        )
+        with serving as url:
+            if args.concurrency:
+                outcome = load(url, args.model, images, args)
+            else:
+                outcome = classify(url, args.model, images, **kwargs)
+    except DataError as e:
+        message = one_line(e)
+        raise SystemExit(message if message.startswith("error:") else f"error: {message}") from None
+    if not args.concurrency:
+        report(*outcome, args.protocol, args.model, names)
+
+
+if __name__ == "__main__":
+    main()
