@@ -148,6 +148,7 @@ def main(argv=None) -> dict:
     import os
 
     from zoo.cli import parse_args, recipe_from_args, resolve_resume
+    from zoo.dist import get_dist_env
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
     from zoo.recipe import run_config
@@ -161,8 +162,6 @@ def main(argv=None) -> dict:
         load_training_checkpoint_sharded,
         save_training_checkpoint_sharded,
     )
-
-    from zoo.dist import get_dist_env
 
     from gpt.model import model_config
     from gpt.parallel import build_layout, check_layout, parallel_settings
@@ -244,6 +243,8 @@ def main(argv=None) -> dict:
             mlperf.block_start(stretch, 1, samples=position["samples"])
             train_one_epoch(step, sampler, run, until=until, layout=layout, logger=logger, position=position)
             mlperf.block_stop(stretch, samples=position["samples"])
+            if args.exit_after_steps is not None and position["step"] >= args.exit_after_steps:
+                os._exit(137)  # tests: a run killed here loses the steps since its last checkpoint
             last = position["step"] >= run.steps
             reached = False
             if eval_set is not None and (
@@ -268,8 +269,6 @@ def main(argv=None) -> dict:
                 reached = run.target.reached(metrics["log_perplexity"])
             if last or reached or (run.checkpoint_every and run.checkpoint_every.due(0, position["step"])):
                 save_checkpoint()
-            if args.exit_after_steps is not None and position["step"] >= args.exit_after_steps:
-                os._exit(137)  # tests: a run killed here loses the steps since its last checkpoint
             if reached:
                 status = "success"
                 break
