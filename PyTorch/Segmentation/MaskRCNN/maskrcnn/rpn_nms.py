@@ -33,8 +33,6 @@ from torchvision.ops import boxes as box_ops
 from zoo.errors import UserError
 from zoo.torch import triton_interpreted
 
-from maskrcnn.model import RPN_NMS
-
 BITS = 32  # boxes per mask word (int32 words)
 # The IoU's union as nvcc compiles torchvision's devIoU (--fmad=true, its default): the column box's
 # area fused into the row box's, the intersection subtracted by a second FMA. False: every product
@@ -227,7 +225,7 @@ class BatchedNMSRegionProposalNetwork(RegionProposalNetwork):
 def use_rpn_nms(model, rpn_nms: str):
     """Switch ``model.rpn`` (a torchvision ``RegionProposalNetwork``) to ``rpn_nms``: "batched" or
     "torchvision"; parameters and state-dict keys are unchanged. Returns the model."""
-    if rpn_nms not in RPN_NMS:
-        raise UserError(f"speed.rpn_nms must be one of {', '.join(RPN_NMS)}, got '{rpn_nms}'")
+    if rpn_nms not in ("batched", "torchvision"):  # maskrcnn.model.RPN_NMS, checked there for a recipe
+        raise UserError(f"speed.rpn_nms must be batched or torchvision, got '{rpn_nms}'")
     model.rpn.__class__ = BatchedNMSRegionProposalNetwork if rpn_nms == "batched" else RegionProposalNetwork
     return model
