@@ -275,13 +275,17 @@ SHARDED_CHECKPOINT_NAME = "checkpoint"  # RESULTS_DIR/checkpoint/: a sharded tra
 SHARDED_STATE_FIELDS = tuple(field for field in TRAINING_STATE_FIELDS if field != "model")
 
 
-def save_training_checkpoint_sharded(path, sharded: dict, state: dict) -> None:
+def save_training_checkpoint_sharded(path, sharded: dict, state: dict, *, async_group=None):
     """A training checkpoint whose tensors are sharded over the ranks (TorchRec's embedding tables, too large
     for one process to gather), as the folder ``path``: ``sharded`` (each rank writes its shards through
     ``torch.distributed.checkpoint``: the model and any optimizer state that lives with the shards) and
     ``checkpoint.pt``, rank 0's ``state`` through :func:`save_training_checkpoint` (SHARDED_STATE_FIELDS
     and the model's own). The folder is written as ``path.tmp`` and renamed over ``path`` once complete,
-    so a run killed mid-write leaves the previous checkpoint whole. A collective: every rank calls it."""
+    so a run killed mid-write leaves the previous checkpoint whole. A collective: every rank calls it.
+
+    ``async_group`` (a gloo process group, or ``False`` in one process) writes the shards in the background
+    (``torch.distributed.checkpoint.async_save``) and returns a :class:`PendingCheckpoint` to ``wait()`` on
+    before the next save or the end; None (default) writes them now and returns None."""
     import pathlib
     import shutil
 
@@ -296,15 +300,37 @@ def save_training_checkpoint_sharded(path, sharded: dict, state: dict) -> None:
             shutil.rmtree(stale, ignore_errors=True)
     if dist.is_initialized():
         dist.barrier()
+
+    def finish():
+        if primary:
+            save_training_checkpoint(tmp / CHECKPOINT_NAME, state)
+            if path.exists():
+                path.rename(old)
+            tmp.rename(path)
+            shutil.rmtree(old, ignore_errors=True)
+        if dist.is_initialized():
+            dist.barrier()
+
+    if async_group is not None:
+        # The shards are copied to host memory here; writing them goes on in the background.
+        future = dcp.async_save(sharded, checkpoint_id=str(tmp), process_group=async_group or None)
+        return PendingCheckpoint(future, finish)
     dcp.save(sharded, checkpoint_id=str(tmp))
-    if primary:
-        save_training_checkpoint(tmp / CHECKPOINT_NAME, state)
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
-    if dist.is_initialized():
-        dist.barrier()
+    finish()
+    return None
+
+
+class PendingCheckpoint:
+    """A sharded checkpoint still being written (``save_training_checkpoint_sharded(..., async_group=)``):
+    ``wait()`` (a collective: every rank calls it) blocks until every shard is written, then rank 0 writes
+    checkpoint.pt and renames the folder into place. Until then the previous checkpoint is the whole one."""
+
+    def __init__(self, future, finish):
+        self._future, self._finish = future, finish
+
+    def wait(self) -> None:
+        self._future.result()
+        self._finish()
 
 
 def load_training_checkpoint_sharded(
