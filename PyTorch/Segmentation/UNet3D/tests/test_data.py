@@ -39,7 +39,13 @@ def test_patches_are_deterministic_from_any_step_and_oversample_foreground(prepa
     assert all((labels > 0).flatten(1).any(1).all() for _, labels in whole)  # every patch holds foreground
     label = np.zeros((1, 10, 10, 10), np.uint8)
     label[0, 2:4, 3:7, 5:6] = 2
-    assert foreground_boxes(label) == {2: ((2, 3, 5), (4, 7, 6))}
+    label[0, 0, 0, 0] = label[0, 9, 0:3, 0] = label[0, 6:9, 8:10, 8] = (
+        1  # three kidney regions: the two largest kept
+    )
+    assert foreground_boxes(label) == {
+        1: [((9, 0, 0), (10, 3, 1)), ((6, 8, 8), (9, 10, 9))],
+        2: [((2, 3, 5), (4, 7, 6))],
+    }
 
 
 def serve(folder):

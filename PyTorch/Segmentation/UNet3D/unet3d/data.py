@@ -9,7 +9,7 @@
 An epoch shows every training case once over all ranks (MLPerf's epoch), ``batch_size`` cases per rank and
 step, in an order drawn from (seed, epoch). Each patch is cropped on the host from the memory-mapped npy
 (MLPerf's foreground oversampling: with probability ``oversampling`` the patch covers the bounding box of
-a random foreground class of the case), then flipped, scaled and noised on the device
+one of the two largest regions of a random foreground class of the case), then flipped, scaled and noised on the device
 (``augment``). Every random draw for the i-th sample of global step s of epoch e comes from generators
 seeded with (seed, e, s, i): a resumed run draws the same patches as an unbroken one, and N processes of
 batch B the same as one process of batch N x B.
@@ -49,20 +49,21 @@ def synthetic_split(cases: dict, val: int) -> dict:
     return {"train": {n: cases[n] for n in names[:-val]}, "val": {n: cases[n] for n in names[-val:]}}
 
 
-def foreground_boxes(label: np.ndarray) -> dict[int, tuple]:
-    """{class: (low corner, high corner)} of each foreground class present in ``label`` [1, D, H, W]."""
+def foreground_boxes(label: np.ndarray) -> dict[int, list[tuple]]:
+    """{class: [(low corner, high corner), ...]} of each foreground class present in ``label`` [1, D, H, W]:
+    the bounding boxes of its two largest connected regions (by box volume, as MLPerf picks them: each
+    kidney on its own, not one box spanning both)."""
+    from scipy import ndimage
+
     boxes = {}
     volume = np.asarray(label[0])
     for cls in (1, 2):
-        mask = volume == cls
-        if not mask.any():
+        regions, count = ndimage.label(volume == cls)
+        if count == 0:
             continue
-        low, high = [], []
-        for axis in range(3):
-            present = np.flatnonzero(mask.any(axis=tuple(a for a in range(3) if a != axis)))
-            low.append(int(present[0]))
-            high.append(int(present[-1]) + 1)
-        boxes[cls] = (tuple(low), tuple(high))
+        found = [box for box in ndimage.find_objects(regions) if box is not None]
+        found.sort(key=lambda box: np.prod([s.stop - s.start for s in box]))
+        boxes[cls] = [(tuple(s.start for s in box), tuple(s.stop for s in box)) for box in found[-2:]]
     return boxes
 
 
@@ -133,8 +134,8 @@ class PatchLoader:
         shape = image.shape[1:]
         boxes = self.boxes[name]
         if boxes and rng.random() < self.oversampling:
-            box = boxes[sorted(boxes)[int(rng.integers(len(boxes)))]]
-            corner = foreground_start(rng, box, self.patch, shape)
+            regions = boxes[sorted(boxes)[int(rng.integers(len(boxes)))]]
+            corner = foreground_start(rng, regions[int(rng.integers(len(regions)))], self.patch, shape)
         else:
             corner = [int(rng.integers(0, s - p + 1)) for s, p in zip(shape, self.patch, strict=True)]
         window = (slice(None), *(slice(c, c + p) for c, p in zip(corner, self.patch, strict=True)))
