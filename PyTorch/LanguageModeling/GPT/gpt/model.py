@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 
 import torch
 import torch.nn.functional as F
@@ -253,20 +254,6 @@ class GPT(nn.Module):
         self._rope_length = 0
         self._rope = None
 
-    def init_weights(self) -> None:
-        """GPT-2's initialisation: normal(0, init_std), output projections of the residual branches
-        scaled by 1/sqrt(2 x layers), zero biases, unit norms."""
-        std = self.cfg.init_std
-        for name, param in self.named_parameters():
-            if name.endswith("bias"):
-                nn.init.zeros_(param)
-            elif param.ndim == 1:
-                nn.init.ones_(param)
-            elif name.endswith(("wo.weight", "w2.weight")):
-                nn.init.normal_(param, std=std / math.sqrt(2 * self.cfg.layers))
-            else:
-                nn.init.normal_(param, std=std)
-
     def rope(self, length: int, device):
         if self.cfg.shape != "llama":
             return None
@@ -342,11 +329,45 @@ class GPT(nn.Module):
         )
 
 
-def build_model(section: dict, device=None, *, init: bool = True) -> GPT:
-    """The model of ``recipe["model"]`` (initialised unless ``init`` is False, e.g. before loading weights)."""
+def initial_value(name: str, shape, cfg: ModelConfig, generator, device) -> torch.Tensor:
+    """GPT-2's initialisation of the parameter ``name``: normal(0, init_std), the residual branches' output
+    projections scaled by 1/sqrt(2 x layers), zero biases, unit norms; the whole (unsharded) tensor."""
+    value = torch.empty(shape, device=device)
+    if name.endswith("bias"):
+        return value.zero_()
+    if len(shape) == 1:
+        return value.fill_(1.0)
+    std = (
+        cfg.init_std / math.sqrt(2 * cfg.layers)
+        if name.endswith(("wo.weight", "w2.weight"))
+        else cfg.init_std
+    )
+    return value.normal_(0.0, std, generator=generator)
+
+
+@torch.no_grad()
+def init_parameters(model: GPT, seed: int) -> None:
+    """Set every parameter to :func:`initial_value`, drawn from a generator seeded by ``seed`` and the
+    parameter's name, so the weights do not depend on how they are spread: a DTensor (tensor parallel,
+    FSDP2) takes its own shard of the same whole tensor. Works on a model built on the meta device and
+    spread before it was materialised (``to_empty``): no rank ever holds more than one whole parameter."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    for name, param in model.named_parameters():
+        device = param.device if not isinstance(param, DTensor) else param.to_local().device
+        generator = torch.Generator(device=device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+        whole = initial_value(name, tuple(param.shape), model.cfg, generator, device)
+        if isinstance(param, DTensor):
+            whole = distribute_tensor(whole, param.device_mesh, param.placements, src_data_rank=None)
+        param.copy_(whole.to(param.dtype))
+
+
+def build_model(section: dict, device=None, *, init: bool = True, seed: int = 0) -> GPT:
+    """The model of ``recipe["model"]`` on ``device`` ("meta": no memory, to be spread and then
+    initialised with :func:`init_parameters`); initialised from ``seed`` unless ``init`` is False."""
     cfg = model_config(section)
     with torch.device(device or "cpu"):
         model = GPT(cfg)
-    if init:
-        model.init_weights()
+    if init and torch.device(device or "cpu").type != "meta":
+        init_parameters(model, seed)
     return model

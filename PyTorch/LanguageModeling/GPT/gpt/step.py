@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import zoo.recipe
 from zoo.errors import UserError
 
-from gpt.model import GPT, build_model
+from gpt.model import GPT, build_model, init_parameters
 from gpt.parallel import Layout, clip_grads, parallel_settings, parallelize, uses_fsdp_precision
 
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
@@ -88,10 +88,14 @@ class TrainStep:
         run, opt_cfg = run_config(recipe), recipe["optimizer"]
         self.device, self.layout, self.amp = torch.device(device), layout, run.precision
         settings = parallel_settings(recipe["parallel"])
-        seed_everything(run.seed if seed is None else seed)
-        # Every rank builds the same initial weights before they are sharded.
-        self.model = build_model(recipe["model"], device)
+        seed = run.seed if seed is None else seed
+        seed_everything(seed)
+        # Built on the meta device, spread, then materialised: each rank allocates only its shards and
+        # draws them from the same whole tensors (gpt.model.init_parameters), whatever the layout.
+        self.model = build_model(recipe["model"], "meta")
         parallelize(self.model, settings, layout, run.precision)
+        self.model.to_empty(device=device)
+        init_parameters(self.model, seed)
         self.autocast = not uses_fsdp_precision(layout, run.precision)
         self.clip_norm = float(opt_cfg["clip_norm"])
         self.optimizer = build_optimizer(self.model, opt_cfg, device, layout)

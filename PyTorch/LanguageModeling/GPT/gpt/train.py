@@ -107,6 +107,27 @@ def save_model(path, step: TrainStep, recipe: dict, env) -> None:
             torch.save(state, tmp)
 
 
+def writer_group(recipe: dict, world: int):
+    """``async_group`` of zoo.torch.save_training_checkpoint_sharded: None writes checkpoints in the step
+    (checkpoint.async false); with checkpoint.async true, False in one process, else a gloo group of every
+    rank for the background writer's collectives (they must not share NCCL's stream with training)."""
+    import zoo.recipe
+
+    if not zoo.recipe.flag(recipe["checkpoint"]["async"], "checkpoint.async"):
+        return None
+    if world == 1:
+        return False
+    import torch.distributed as dist
+
+    return dist.new_group(backend="gloo")
+
+
+def finish_writing(pending: list) -> None:
+    """Wait for the checkpoint being written in the background, if any (a collective)."""
+    while pending:
+        pending.pop().wait()
+
+
 def log_mlperf_settings(mlperf, recipe: dict, run, sampler, eval_samples: int) -> None:
     """The MLPerf log's initialisation events: seed, global batch, sequence length, AdamW's settings."""
     opt_cfg = recipe["optimizer"]
@@ -201,21 +222,25 @@ def main(argv=None) -> dict:
         set_rng_state(state["rng"][env.rank] if env.rank < len(state["rng"]) else state["rng"][0])
     results.mkdir(parents=True, exist_ok=True)
 
+    async_group = writer_group(recipe, env.world_size)
+    pending = []  # the checkpoint still being written in the background (checkpoint.async)
+
     def save_checkpoint():
+        finish_writing(pending)
         rngs = gather_objects(rng_state(), env.world_size)
         fields = {"scheduler": step.scheduler.state_dict(), "scaler": step.scaler.state_dict()}
-        save_training_checkpoint_sharded(
-            results / SHARDED_CHECKPOINT_NAME,
-            step.state_dicts(),
-            {
-                "kind": TRAINING_KIND,
-                **fields,
-                "rng": rngs,
-                **position,
-                "recipe": recipe,
-                "world": env.world_size,
-            },
+        state = {
+            "kind": TRAINING_KIND,
+            **fields,
+            "rng": rngs,
+            **position,
+            "recipe": recipe,
+            "world": env.world_size,
+        }
+        written = save_training_checkpoint_sharded(
+            results / SHARDED_CHECKPOINT_NAME, step.state_dicts(), state, async_group=async_group
         )
+        pending.extend([written] if written is not None else [])
 
     eval_cfg = recipe["eval"]
     eval_samples = min(eval_cfg["samples"], len(eval_set)) if eval_set is not None else 0
@@ -273,6 +298,7 @@ def main(argv=None) -> dict:
                 status = "success"
                 break
         mlperf.run_stop(status)
+    finish_writing(pending)
     save_model(results / MODEL_NAME, step, recipe, env)
     if env.is_primary and not args.synthetic:
         shutil.copyfile(pathlib.Path(args.data_dir) / TOKENIZER, results / (TOKENIZER + ".tmp"))

@@ -19,7 +19,7 @@ def train_args(data_dir, results, *extra) -> list[str]:
             *extra]  # fmt: skip
 
 
-def torchrun(args: list[str], processes: int = 2, timeout: int = 300) -> subprocess.CompletedProcess:
+def torchrun(args: list[str], processes: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
     """``python -m torch.distributed.run --nproc_per_node N <args>`` on a free port; fails the test on error."""
     env = dict(os.environ, PYTHONPATH=f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
     with socket.socket() as probe:  # torchrun's --master_port 0 does not pick a free port: pick one

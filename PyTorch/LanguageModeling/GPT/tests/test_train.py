@@ -84,3 +84,18 @@ def test_evaluate_reads_model_pt_and_the_checkpoint_folder(trained, pydoc_data):
     for checkpoint in (results / "model.pt", results / "checkpoint"):
         result = main(["--checkpoint", str(checkpoint), "--data-dir", str(pydoc_data), "--device", "cpu"])
         assert result["log_perplexity"] == pytest.approx(summary["log_perplexity"], rel=1e-6)
+
+
+def test_checkpoints_written_in_the_background_hold_the_same_state(trained, pydoc_data, tmp_path):
+    from gpt.inference import load_model
+    from gpt.train import main
+
+    results, summary = trained
+    again = main(train_args(pydoc_data, tmp_path, "--set", "checkpoint.async=true"))
+    assert again["log_perplexity"] == summary["log_perplexity"]
+    saved = torch.load(tmp_path / "checkpoint" / "checkpoint.pt", weights_only=False)
+    assert saved["step"] == 40 and not (tmp_path / "checkpoint.tmp").exists()
+    from_shards, _ = load_model(tmp_path / "checkpoint")
+    unbroken = torch.load(results / "model.pt", weights_only=False)["model"]
+    for key, value in from_shards.state_dict().items():
+        assert torch.equal(value, unbroken[key]), key
