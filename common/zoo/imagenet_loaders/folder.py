@@ -307,6 +307,9 @@ def data_loader(dataset, sampler, cfg, collate_fn=None, pin_memory=True):
         prefetch_factor=4 if cfg.workers > 0 else None,
         collate_fn=collate_fn,
         drop_last=False,
+        # each epoch's iterator draws its worker seed from here, not from the global generator: a
+        # resumed run's global random stream (dropout, stochastic depth) stays the unbroken run's
+        generator=torch.Generator().manual_seed(cfg.seed),
     )
 
 

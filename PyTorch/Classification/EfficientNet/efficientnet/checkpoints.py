@@ -38,8 +38,10 @@ def pull(name: str, *, registry_path=None, cache_dir=None, progress=True) -> pat
 
 def default_preprocessing(image_size: int) -> Preprocessing:
     """Validation preprocessing of our recipes (DeepLearningExamples'): short side to ``image_size + 32``,
-    centre crop ``image_size``, bicubic, ImageNet mean/std (B0: 256 -> 224; B4: 412 -> 380)."""
-    return Preprocessing(image_size + 32, image_size, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
+    centre crop ``image_size``, bicubic, ImageNet mean/std (B0: 256 -> 224; B4: 412 -> 380). Below 224
+    the margin shrinks with the size (at most a seventh of it) so that a small image keeps 7/8 of its side."""
+    resize = image_size + min(32, image_size // 7)
+    return Preprocessing(resize, image_size, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
 
 
 def eval_preprocessing(pretrained: str | None, image_size: int, registry_path=None) -> Preprocessing:
@@ -113,6 +115,8 @@ def load_weights(
 def load_model_state(model: torch.nn.Module, state: dict, path, *, reset_classifier: bool = False) -> None:
     """Load ``state`` (our key names, read from ``path``) into ``model``; CheckpointError naming ``path``
     when it is not an EfficientNet of the model's shape and class count (see :func:`load_weights`)."""
+    if "classifier.weight" not in state:
+        raise CheckpointError(f"checkpoint {path} has no classifier.weight: not an EfficientNet classifier")
     theirs, ours = checkpoint_num_classes(state), model.classifier.out_features
     if theirs != ours:
         if not reset_classifier:

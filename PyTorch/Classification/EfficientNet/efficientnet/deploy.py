@@ -27,10 +27,12 @@ from zoo.imagenet_loaders import (
     one_line,
 )
 
+from efficientnet.checkpoints import default_preprocessing
+
 
 def preprocess(path, image_size: int) -> np.ndarray:
-    """The validation transform of our recipes (short side to image_size + 32, bicubic, centre crop,
-    normalise) as FP32 [3,H,W]."""
+    """The validation transform of our recipes (efficientnet.checkpoints.default_preprocessing: short
+    side to image_size + 32, bicubic, centre crop, normalise) as FP32 [3,H,W]."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -38,7 +40,7 @@ def preprocess(path, image_size: int) -> np.ndarray:
             image = image.convert("RGB")
     except (UnidentifiedImageError, OSError) as e:
         raise DataError(f"corrupt or unreadable image {path}: {one_line(e)}") from None
-    short = image_size + 32
+    short = default_preprocessing(image_size).resize
     scale = short / min(image.size)
     image = image.resize(
         (max(short, round(image.width * scale)), max(short, round(image.height * scale))), Image.BICUBIC

@@ -95,6 +95,8 @@ def test_registry_entries_carry_timm_preprocessing(tmp_path):
     assert (b4.resize, b4.crop, b4.interpolation) == (384, 384, "bicubic")  # crop_pct 1.0 at 384
     assert eval_preprocessing("timm-efficientnet-b4-ra2-in1k", image_size=380) == b4
     assert eval_preprocessing(None, image_size=380).resize == 412  # ours: image_size + 32
+    assert eval_preprocessing(None, image_size=224).resize == 256
+    assert eval_preprocessing(None, image_size=32).resize == 36  # small images keep 7/8 of their side
     result = download_checkpoint("list", cache=tmp_path)
     assert result.returncode == 0 and "timm-efficientnet-b0-ra-in1k" in result.stdout, result.stderr
     assert_one_line_error(

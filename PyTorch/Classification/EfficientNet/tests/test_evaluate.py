@@ -17,7 +17,7 @@ def test_evaluate_shows_progress_and_writes_eval_json(tmp_path, digits16):
         "--amp", "fp32", "--limit-batches", 3, "--results-dir", tmp_path / "out",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "preprocessing: resize 48, crop 16, bicubic" in result.stdout  # image_size + 32
+    assert "preprocessing: resize 18, crop 16, bicubic" in result.stdout  # a seventh of 16 added
     progress = [line for line in result.stderr.splitlines() if line.startswith("eval")]
     assert progress and "3/3" in progress[-1] and "items/s" in progress[-1], result.stderr
     report = json.loads((tmp_path / "out" / "eval.json").read_text())
