@@ -120,6 +120,7 @@ ALLOWED_EXITS = {
     "common/zoo/cli.py": "entry_point: the one place a UserError becomes an exit",
     "common/zoo/triton/server.py": "a termination signal's handler unwinds the stack so the server stops",
     "PyTorch/Classification/ResNet50/resnet50/train.py": "--exit-after-steps: the crash test's os._exit(137)",
+    "PyTorch/Classification/EfficientNet/efficientnet/train.py": "--exit-after-steps: the crash test's os._exit(137)",
     "PyTorch/Segmentation/UNet3D/unet3d/train.py": "--exit-after-steps: the crash test's os._exit(137)",
 }
 
