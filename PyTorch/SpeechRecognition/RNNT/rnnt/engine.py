@@ -40,8 +40,15 @@ def epoch_loader(train_set, run, data_cfg: dict, env, epoch: int, first_update: 
     batches = batches[first_update * run.accumulation : updates * run.accumulation]
     dataset = EpochBatches(train_set, batches, env.rank, run.batch_per_gpu, speed, run.seed, epoch)
     workers = int(data_cfg["workers"])
+    # a generator of its own: starting the loader must not draw from the global stream (dither), or a
+    # run resumed mid-epoch would draw differently from an unbroken one
+    generator = torch.Generator().manual_seed(run.seed * 1000 + epoch)
     return updates, torch.utils.data.DataLoader(
-        dataset, batch_size=None, num_workers=workers, pin_memory=torch.cuda.is_available()
+        dataset,
+        batch_size=None,
+        num_workers=workers,
+        pin_memory=torch.cuda.is_available(),
+        generator=generator,
     )
 
 
