@@ -65,3 +65,18 @@ def test_tritonserver_transcribes_like_transcribe_sh(exported):
     assert proc.returncode == 0, proc.stderr[-3000:]
     served = [line.split("\t", 1)[1] for line in proc.stdout.strip().splitlines()]
     assert served == recognizer.transcribe(audio)
+
+
+def test_deploy_load_mode_prints_a_table_without_errors(exported):
+    _, repo, files, _ = exported
+    cmd = [
+        "bash",
+        str(MODEL_DIR / "scripts" / "deploy_triton.sh"),
+        "--repository",
+        str(repo),
+        *map(str, files),
+    ]
+    cmd += ["--concurrency", "1,2", "--requests", "4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "concurrency" in proc.stdout.lower()

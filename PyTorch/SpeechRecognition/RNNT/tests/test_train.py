@@ -109,3 +109,13 @@ def test_mixed_precision_trains_on_the_cpu(spoken_data, tmp_path, amp):
 
     summary = main(train_args(spoken_data, tmp_path, "--epochs", "1", "--amp", amp))
     assert summary["step"] == 12 and summary["wer"] is not None
+
+
+def test_target_wer_stops_the_run(spoken_data, tmp_path):
+    from rnnt.train import main
+
+    args = ["--epochs", "3", "--set", "run.eval_every=1 epoch", "--target-wer", "1.0"]
+    summary = main(train_args(spoken_data, tmp_path, *args))
+    assert summary["status"] == "success" and summary["step"] == 12
+    log = (tmp_path / "mlperf.log").read_text()
+    assert log.count('"key": "epoch_start"') == 1 and '"status": "success"' in log
