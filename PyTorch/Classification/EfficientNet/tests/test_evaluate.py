@@ -26,7 +26,5 @@ def test_evaluate_shows_progress_and_writes_eval_json(tmp_path, digits16):
 
 
 def test_evaluate_old_spellings_are_one_line(tmp_path):
-    result = run_module("efficientnet.evaluate", "--output", tmp_path / "e.json")
-    assert_one_line_error(result, "--output was renamed: use --results-dir")
     result = run_module("efficientnet.evaluate", "--amp", "none")
     assert_one_line_error(result, "--amp none was renamed: use --amp fp32")

@@ -108,7 +108,7 @@ def test_tritonserver_serves_python_backend_same_top1(tmp_path, model, images, p
             np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM])  # SIGINT takes the same path (zoo.triton.server)
 def test_deploy_stops_tritonserver_and_its_stubs_on_a_signal(tmp_path, python_repository, sig):
     from PIL import Image
 
