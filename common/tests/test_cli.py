@@ -106,3 +106,29 @@ def test_autocast_and_scaler_follow_amp():
 
 def test_help_shows_a_percent_unit(tmp_path):
     assert "(%, e.g. 75.9)" in _parser(tmp_path).format_help()
+
+
+def test_ctrl_c_ends_an_entry_point_in_one_line(capsys):
+    from zoo.cli import entry_point
+
+    @entry_point
+    def main():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as e:
+        main()
+    assert e.value.code == 130
+    assert capsys.readouterr().err == "interrupted (Ctrl-C)\n"
+
+
+def test_a_recipe_number_set_to_a_word_is_one_line(tmp_path):
+    from zoo.recipe import load_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("optimizer:\n  lr: 0.1\n  fused: true\nmodel:\n  width: 64\n")
+    with pytest.raises(UserError, match=r"optimizer.lr is a number in .*r.yaml, not 'fast'"):
+        load_recipe(recipe, {"optimizer.lr": "fast"})
+    with pytest.raises(UserError, match=r"model is a section"):
+        load_recipe(recipe, {"model": "3"})
+    loaded = load_recipe(recipe, {"optimizer.lr": "2e-3", "optimizer.fused": "false", "model.width": "null"})
+    assert loaded["optimizer"] == {"lr": 0.002, "fused": False} and loaded["model"]["width"] is None

@@ -185,8 +185,9 @@ def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathli
 
 def entry_point(main):
     """Decorate a script's ``main(argv=None)``: a :class:`~zoo.errors.UserError` raised anywhere below
-    it ends the process with ``error: <message>`` on stderr and exit status 1, no traceback. The only
-    place a UserError becomes an exit (``SystemExit``): library code raises, entry points report."""
+    it ends the process with ``error: <message>`` on stderr and exit status 1, no traceback; Ctrl-C ends
+    it with ``interrupted (Ctrl-C)`` and status 130. The only place a UserError becomes an exit
+    (``SystemExit``): library code raises, entry points report."""
 
     @functools.wraps(main)
     def run(*args, **kwargs):
@@ -195,5 +196,11 @@ def entry_point(main):
         except UserError as error:
             sys.stdout.flush()
             raise SystemExit(f"error: {one_line(error, limit=2000)}") from None
+        except KeyboardInterrupt:
+            if getattr(sys.excepthook, "reports_interrupts", False):
+                raise  # a served model's hook reports it once the server has stopped (zoo.triton.server)
+            sys.stdout.flush()
+            print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+            raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports it
 
     return run

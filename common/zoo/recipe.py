@@ -168,8 +168,22 @@ def _set_dotted(recipe: dict, key: str, value, path) -> None:
             hint = _nearest(key, _dotted_keys(recipe))
             raise UserError(f"unknown recipe key '{key}' in {path}{hint} ({where} has: {known})")
         if i == len(parts) - 1:
+            _check_type(key, node[part], value, path)
             node[part] = value
         node = node[part]
+
+
+def _check_type(key: str, old, new, path) -> None:
+    """A recipe number overridden by something that is not a number (``--set optimizer.lr=fast``), or a
+    section by a single value, is a UserError naming the key; null and other changes pass."""
+    is_number = isinstance(old, int | float) and not isinstance(old, bool)
+    name = key.rsplit(".", 1)[-1]
+    if new is None or old is None or key.startswith("run.") or name in POSITIVE_INTEGERS | NON_NEGATIVE:
+        return  # run_config types the run: section, check_ranges the counts, each with its own message
+    if is_number and (isinstance(new, bool) or not isinstance(new, int | float)):
+        raise UserError(f"{key} is a number in {path}, not {new!r}")
+    if isinstance(old, dict) and not isinstance(new, dict):
+        raise UserError(f"{key} is a section in {path} (set its keys, e.g. {key}.<name>=...), not {new!r}")
 
 
 def _yaml_scalar(value):
@@ -177,6 +191,8 @@ def _yaml_scalar(value):
 
     if not isinstance(value, str):
         return value
+    if re.fullmatch(r"\s*[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+\s*", value):
+        return float(value)  # YAML 1.1 reads 2e-3 (no dot in the mantissa) as a string
     try:
         return yaml.safe_load(value) if value.strip() else value
     except yaml.YAMLError:
