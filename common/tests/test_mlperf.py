@@ -108,8 +108,29 @@ CLOSED_HYPERPARAMETERS = {
         "model_eval_ema_factor": 0.999,
         "eval_max_prediction_symbols": 300,
     },
+    "unet3d": {
+        "opt_name": "sgd",
+        "opt_base_learning_rate": 2.0,
+        "opt_learning_rate_warmup_epochs": 200,
+        "opt_learning_rate_decay_boundary_epochs": [],
+        "opt_learning_rate_decay_factor": 1.0,
+        "opt_weight_decay": 0.0,
+        "opt_momentum": 0.9,
+        "oversampling": 0.4,
+        "training_input_shape": [128, 128, 128],
+        "validation_input_shape": [128, 128, 128],
+        "validation_overlap": 0.5,
+    },
+    "retinanet": {
+        "opt_name": "adam",
+        "opt_base_learning_rate": 0.0001,
+        "opt_weight_decay": 0.0,
+        "opt_learning_rate_warmup_epochs": 1,
+        "opt_learning_rate_warmup_factor": 0.001,
+    },
 }
-EVAL_SAMPLES = {"dlrm_dcnv2": 89137319, "rnnt": 2703}
+EVAL_SAMPLES = {"dlrm_dcnv2": 89137319, "rnnt": 2703, "unet3d": 42}
+TRAIN_SAMPLES = {"unet3d": 168}  # KiTS19's split
 # What a tiny CPU run reaches: far below every closed target (transformer's open rules keep its target).
 TINY_ACCURACY = {
     "resnet": 0.12,
@@ -119,6 +140,8 @@ TINY_ACCURACY = {
     "transformer": 0.25,
     "dlrm_dcnv2": 0.55,
     "rnnt": 0.9,  # word error rate
+    "unet3d": 0.3,  # mean Dice
+    "retinanet": 0.01,  # COCO-style mAP on OpenImages-MLPerf
 }
 
 
@@ -139,7 +162,7 @@ def _emit_run(
         mlperf.seed(np.int64(1234))
         mlperf.global_batch_size(256)
         mlperf.gradient_accumulation_steps(1)
-        mlperf.train_samples(1281167)
+        mlperf.train_samples(TRAIN_SAMPLES.get(benchmark, 1281167))
         mlperf.eval_samples(EVAL_SAMPLES.get(benchmark, 50000))
         mlperf.hyperparameters(**(hyperparameters or {}))
         if benchmark == "transformer":
