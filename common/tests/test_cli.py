@@ -132,3 +132,12 @@ def test_a_recipe_number_set_to_a_word_is_one_line(tmp_path):
         load_recipe(recipe, {"model": "3"})
     loaded = load_recipe(recipe, {"optimizer.lr": "2e-3", "optimizer.fused": "false", "model.width": "null"})
     assert loaded["optimizer"] == {"lr": 0.002, "fused": False} and loaded["model"]["width"] is None
+
+
+def test_a_results_dir_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(UserError, match=r"results dir .*f/run is under .*f, which is a file"):
+        resolve_resume(None, tmp_path / "f" / "run" / "checkpoint.pt")
+    with pytest.raises(UserError, match=r"results dir .*f is a file"):
+        resolve_resume("auto", tmp_path / "f" / "checkpoint.pt")
+    assert resolve_resume("auto", tmp_path / "new" / "run" / "checkpoint.pt") is None

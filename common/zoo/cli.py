@@ -163,6 +163,7 @@ def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathli
     from zoo.io import remove_stale_temps
 
     checkpoint = pathlib.Path(checkpoint)
+    check_results_dir(checkpoint.parent)
     # A run killed while writing a checkpoint left its temporary file (zoo.checkpoints.atomic_write).
     for stale in remove_stale_temps(checkpoint.parent):
         print(f"removed {stale}, left by a run killed while writing it", file=sys.stderr)
@@ -181,6 +182,18 @@ def resolve_resume(resume: str | None, checkpoint: pathlib.Path | str) -> pathli
     if not path.exists():
         raise UserError(f"--resume {resume}: no such checkpoint")
     return path
+
+
+def check_results_dir(results_dir) -> None:
+    """UserError unless ``results_dir`` is a folder or can be made one: the first part of it that exists
+    must be a folder (a results dir under a file fails here, before any work, not at the first save)."""
+    path = pathlib.Path(results_dir)
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                where = "is a file" if part == path else f"is under {part}, which is a file"
+                raise UserError(f"results dir {path} {where}: give --results-dir a folder")
+            return
 
 
 def entry_point(main):
