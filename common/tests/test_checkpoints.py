@@ -3,6 +3,7 @@ import hashlib
 import http.server
 import io
 import pickle
+import re
 import tarfile
 import threading
 import zipfile
@@ -331,9 +332,10 @@ def _tar_bytes(mode: str) -> bytes:
     return buffer.getvalue()
 
 
+SAFETENSORS_HEADER = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
 SIGNED = {
     "pytorch": [ZIP_PAYLOAD, pickle.dumps({"epoch": 1}, protocol=2)],
-    "safetensors": [(14).to_bytes(8, "little") + b'{"__metadata__":{}}'[:14] + b"\0" * 16],
+    "safetensors": [(len(SAFETENSORS_HEADER)).to_bytes(8, "little") + SAFETENSORS_HEADER + b"\0" * 8],
     "zip": [ZIP_PAYLOAD],
     "hdf5": [b"\x89HDF\r\n\x1a\n" + b"\0" * 100, b"\0" * 512 + b"\x89HDF\r\n\x1a\n" + b"\0" * 100],
     "tar": [_tar_bytes("w"), _tar_bytes("w:gz")],
@@ -379,3 +381,14 @@ def test_cli_lists_and_rejects_the_old_spellings(tmp_path, capsys):
         with pytest.raises(SystemExit) as error:
             main(["--registry", str(path), *prog, *argv])
         assert str(error.value).startswith(expected), error.value
+
+
+@pytest.mark.parametrize("file_format", ["pytorch", "zip", "safetensors", "savedmodel"])
+def test_a_digestless_file_cut_short_is_not_whole(tmp_path, file_format):
+    """Without a digest the whole file is read: the first bytes of a good file, cut off, are refused."""
+    path = tmp_path / "file"
+    whole = SIGNED[file_format][0]
+    path.write_bytes(whole)
+    assert _format_problem(path, file_format) is None
+    path.write_bytes(whole[: len(whole) - 7])
+    assert re.search(r"cut short|shorter than", _format_problem(path, file_format))

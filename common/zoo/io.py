@@ -179,9 +179,45 @@ def _format_problem(path: pathlib.Path, file_format: str) -> str | None:
         looks_right = head.startswith(_MXNET_LIST_MAGIC)
     else:
         raise DownloadError(f"format '{file_format}' is not one of {', '.join(FORMATS)}")
-    if looks_right:
-        return None
-    return f"not {FORMATS[file_format]} but {_what_it_looks_like(head)}"
+    if not looks_right:
+        return f"not {FORMATS[file_format]} but {_what_it_looks_like(head)}"
+    return _cut_short(path, head)
+
+
+def _cut_short(path: pathlib.Path, head: bytes) -> str | None:
+    """Why a file whose first bytes look right is not whole (a zip without its central directory, a
+    safetensors file shorter than its header says, a gzip stream cut off), or None. With no digest to
+    check, this reads the file to its end: a truncated download is never cached as whole."""
+    import gzip
+    import json
+    import zipfile
+
+    size = path.stat().st_size
+    if head.startswith(_ZIP):  # torch.save, zip, and the zip-packed formats: the directory sits at the end
+        try:
+            with zipfile.ZipFile(path) as archive:
+                archive.infolist()
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            return f"a zip cut short or damaged ({e})"
+    elif len(head) >= 9 and head[8:9] == b"{":  # safetensors: the header names every tensor's byte range
+        header_size = int.from_bytes(head[:8], "little")
+        try:
+            with open(path, "rb") as f:
+                f.seek(8)
+                header = json.loads(f.read(header_size))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            return f"a safetensors header that cannot be read ({e})"
+        if 8 + header_size + end > size:
+            return f"{size} bytes, shorter than the {8 + header_size + end} its safetensors header names"
+    elif head.startswith(b"\x1f\x8b"):
+        try:
+            with gzip.open(path, "rb") as stream:
+                while stream.read(1 << 20):
+                    pass
+        except (OSError, EOFError) as e:
+            return f"a gzip stream cut short or damaged ({e})"
+    return None
 
 
 def _what_it_looks_like(head: bytes) -> str:
