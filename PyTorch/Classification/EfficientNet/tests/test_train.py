@@ -204,3 +204,17 @@ def test_existing_checkpoint_needs_resume_auto_or_none(tmp_path):
         train(parse_args(["--recipe", str(MODEL_DIR / "configs" / "digits_cpu.yaml"), "--synthetic",
                           "--results-dir", str(tmp_path)]))  # fmt: skip
     assert (tmp_path / "checkpoint.pt").read_bytes() == b"finished work"
+
+
+def test_synthetic_run_stops_at_its_top1_target(tmp_path):
+    """--synthetic needs no data; --target-top1 0 is reached by the first evaluation, which ends the run
+    after epoch 1 of 3 with a checkpoint."""
+    out = tmp_path / "run"
+    result = run_module(
+        "efficientnet.train", *TINY, "--synthetic", "--results-dir", out, "--batch-size", 4, "--epochs", 3,
+        "--steps-per-epoch", 2, "--target-top1", 0,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(val_records(out)) == 1 and val_records(out)[0]["epoch"] == 1
+    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert (state["epoch"], state["step"]) == (1, 2)
