@@ -54,34 +54,37 @@ def random_box_results(images, category_ids, per_image=20, seed=0):
 
 @pytest.fixture(scope="module")
 def trained(digits, tmp_path_factory):
-    """One short run on the digits set, scored on the validation images in a background process."""
+    """120 steps on the 16 training images (one batch an epoch), scored on the same images in a background
+    process (a short CPU run learns them; it does not yet generalise to the validation digits)."""
     out = tmp_path_factory.mktemp("trained")
-    summary = train(parse_args(digits_args(digits, out, "--log-every", "1", "--async-eval")))
-    return summary, out
+    argv = ["--epochs", "120", "--eval-epochs", "120", "--val-split", "train2017", "--log-every", "1", "--async-eval",
+            "--set", "run.checkpoint_every=60 epochs"]  # fmt: skip
+    return train(parse_args(digits_args(digits, out, *argv))), out
 
 
 def test_loss_falls_and_map_beats_random_boxes(trained, digits):
     summary, out = trained
     losses = summary["losses"]
-    assert sum(losses[-3:]) / 3 < 0.7 * sum(losses[:3]) / 3, losses
-    annotations = digits / "annotations" / "instances_val2017.json"
+    assert sum(losses[-3:]) / 3 < 0.6 * sum(losses[:3]) / 3, losses
+    annotations = digits / "annotations" / "instances_train2017.json"
     data = json.loads(annotations.read_text())
-    baseline = coco_map(str(annotations), random_box_results(data["images"], list(range(1, 11))))["map"]
-    final = summary["maps"][summary["epochs"]]
-    assert final["map"] > max(0.01, 3 * baseline), (summary["maps"], baseline)
+    baselines = [coco_map(str(annotations), random_box_results(data["images"], list(range(1, 11)), seed=seed))["map"]
+                 for seed in range(3)]  # fmt: skip
+    final = summary["maps"][120]
+    assert final["map"] > max(0.01, 5 * max(baselines)), (final, baselines)
     assert (out / "metrics.jsonl").is_file() and list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
 def test_evaluate_and_detect_on_the_trained_model(trained, digits, tmp_path, capsys):
     summary, out = trained
-    evaluate_main(["--checkpoint", str(out / "model.pt"), "--data-dir", str(digits), "--workers", "0",
+    evaluate_main(["--checkpoint", str(out / "model.pt"), "--data-dir", str(digits), "--split", "train2017", "--workers", "0",
                    "--batch-size", "8", "--device", "cpu"])  # fmt: skip
     captured = capsys.readouterr()
     scores = json.loads(captured.out.strip().splitlines()[-1])
-    assert "detect val2017" in captured.err
-    assert scores["map"] == pytest.approx(summary["maps"][summary["epochs"]]["map"], abs=1e-3)
+    assert "detect train2017" in captured.err
+    assert scores["map"] == pytest.approx(summary["maps"][120]["map"], abs=1e-3)
     detect_main(["--checkpoint", str(out / "model.pt"), "--output", str(tmp_path / "png"), "--threshold", "0.2",
-                 "--device", "cpu", str(digits / "val2017" / "000001.jpg")])  # fmt: skip
+                 "--device", "cpu", str(digits / "train2017" / "000001.jpg")])  # fmt: skip
     with Image.open(tmp_path / "png" / "000001.png") as image:
         assert image.size == (32, 32)
 
@@ -177,7 +180,7 @@ def test_synthetic_run_and_bad_model_key(tmp_path):
     summary = train(parse_args(["--recipe", RECIPE, "--synthetic", "--steps-per-epoch", "1", "--epochs", "1",
                                 "--batch-size", "2", "--results-dir", str(tmp_path / "s")]))  # fmt: skip
     assert summary["epochs"] == 1 and not summary["maps"]
-    with pytest.raises(UserError, match="model.depth is not a RetinaNet setting"):
+    with pytest.raises(UserError, match="unknown recipe key .model.depth."):
         train(
             parse_args(
                 [
