@@ -180,7 +180,7 @@ def _check_type(key: str, old, new, path) -> None:
     name = key.rsplit(".", 1)[-1]
     if new is None or old is None or key.startswith("run.") or name in POSITIVE_INTEGERS | NON_NEGATIVE:
         return  # run_config types the run: section, check_ranges the counts, each with its own message
-    if is_number and (isinstance(new, bool) or not isinstance(new, int | float)):
+    if is_number and isinstance(new, bool | str | dict):  # a list may give one number per table or level
         raise UserError(f"{key} is a number in {path}, not {new!r}")
     if isinstance(old, dict) and not isinstance(new, dict):
         raise UserError(f"{key} is a section in {path} (set its keys, e.g. {key}.<name>=...), not {new!r}")

@@ -8,6 +8,7 @@ import contextlib
 import datetime
 import os
 import random
+import sys
 
 import numpy as np
 
@@ -295,11 +296,9 @@ def save_training_checkpoint_sharded(path, sharded: dict, state: dict, *, async_
     path = pathlib.Path(path)
     primary = not dist.is_initialized() or dist.get_rank() == 0
     tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
-    if primary:
-        for stale in (tmp, old):  # what a save killed midway left
-            shutil.rmtree(stale, ignore_errors=True)
-    if dist.is_initialized():
-        dist.barrier()
+    recover_sharded_checkpoint(
+        path
+    )  # a save killed midway: its whole checkpoint back in place, the rest gone
 
     def finish():
         if primary:
@@ -318,6 +317,35 @@ def save_training_checkpoint_sharded(path, sharded: dict, state: dict, *, async_
     dcp.save(sharded, checkpoint_id=str(tmp))
     finish()
     return None
+
+
+def recover_sharded_checkpoint(path) -> None:
+    """Put back what a :func:`save_training_checkpoint_sharded` killed at any instant left beside ``path``:
+    a kill between its two renames leaves ``path.old`` (the previous checkpoint) and a finished ``path.tmp``
+    (its ``checkpoint.pt`` is written last) with no ``path``: the newer whole one is renamed into place;
+    an unfinished ``path.tmp`` and a leftover ``path.old`` are removed. Call it before resolving a resume,
+    on every rank (rank 0 renames; the others wait)."""
+    import pathlib
+    import shutil
+
+    import torch.distributed as dist
+
+    path = pathlib.Path(path)
+    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        if not path.exists():
+            for whole in (tmp, old):
+                if (whole / CHECKPOINT_NAME).is_file():
+                    whole.rename(path)
+                    print(
+                        f"{path}: put back from {whole.name}, left by a run killed while saving",
+                        file=sys.stderr,
+                    )
+                    break
+        for stale in (tmp, old):
+            shutil.rmtree(stale, ignore_errors=True)
+    if dist.is_initialized():
+        dist.barrier()
 
 
 class PendingCheckpoint:

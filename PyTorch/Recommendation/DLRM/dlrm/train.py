@@ -106,7 +106,13 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
     from zoo.mlperf import MLPerfLogger, log_path
     from zoo.recipe import run_config
     from zoo.rng import set_rng_state
-    from zoo.torch import SHARDED_CHECKPOINT_NAME, close_distributed, fast_math, init_distributed
+    from zoo.torch import (
+        SHARDED_CHECKPOINT_NAME,
+        close_distributed,
+        fast_math,
+        init_distributed,
+        recover_sharded_checkpoint,
+    )
 
     from dlrm.data import Split, read_meta
     from dlrm.engine import evaluate, train_one_epoch
@@ -116,6 +122,7 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
     check_recipe(recipe)
     env, device = init_distributed(device_name)
     checkpoint = results_dir / SHARDED_CHECKPOINT_NAME
+    recover_sharded_checkpoint(checkpoint)  # a run killed while saving left its last whole checkpoint aside
     resume_from = resolve_resume(resume, checkpoint)
     # Everything a run reads is checked before it writes anything into the results folder.
     state = read_checkpoint(resume_from) if resume_from is not None else {"step": 0}
