@@ -9,6 +9,7 @@ One cheap model stands for all: PyTorch ResNet-50 at 32x32 pixels served by the 
 
 from __future__ import annotations
 
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -151,3 +152,24 @@ def test_signal_leaves_nothing_running(exported, sig, while_):
     if sig == signal.SIGINT:  # ended as Ctrl-C ends a program (killed by SIGINT), reported in one line
         assert run.returncode == -signal.SIGINT, run.output[-3000:]
         assert run.output.strip().splitlines()[-1] == "interrupted (Ctrl-C): tritonserver stopped", run.output
+
+
+@pytest.mark.timeout(300)
+def test_sigkill_of_the_deploy_takes_its_server_down(exported):
+    """kill -9 runs no clean-up in the deploy: the server goes down with it all the same (the kernel sends
+    it SIGTERM when its parent dies), and the next start removes the dead one's temporary folders."""
+    from zoo.triton.server import sweep_stale_work_dirs
+
+    repo, images = exported
+    before = set(pathlib.Path(tempfile.gettempdir()).glob("zoo-*"))
+    command = deploy_command(repo, images * 1000, "--image-size", str(SIZE))
+    run = signal_when_serving(
+        command, signal.SIGKILL, ready_text="tritonserver ready", env=deploy_env(), timeout=240, settle=30
+    )
+    assert "tritonserver" in names(run.served_by), run.output[-3000:]
+    assert run.returncode == -signal.SIGKILL
+    assert run.left_running == [], run.output[-3000:]
+    left_behind = set(pathlib.Path(tempfile.gettempdir()).glob("zoo-*")) - before
+    assert left_behind, "the killed deploy left no temporary folder: nothing for the sweep to show"
+    assert left_behind <= set(sweep_stale_work_dirs())
+    assert not any(p.exists() for p in left_behind)

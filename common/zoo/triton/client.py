@@ -17,7 +17,7 @@ import tempfile
 
 from zoo.errors import UserError
 from zoo.triton.repository import single_model_repository
-from zoo.triton.server import TritonServer
+from zoo.triton.server import TritonServer, sweep_stale_work_dirs, work_dir_prefix
 
 
 class InferenceError(UserError, RuntimeError):
@@ -117,7 +117,8 @@ def serve_or_connect(repository, model: str, *, url=None, protocol="http", pytho
     if url:
         yield url
         return
-    with tempfile.TemporaryDirectory(prefix="zoo-serve-") as only:
+    sweep_stale_work_dirs()
+    with tempfile.TemporaryDirectory(prefix=work_dir_prefix("serve")) as only:
         served = single_model_repository(repository, model, only)
         print(f"starting tritonserver on 127.0.0.1 with {repository}/{model} ...", file=sys.stderr)
         with TritonServer(served, python_env=python_env, log_path=log_path) as server:

@@ -65,12 +65,15 @@ class SignalledRun:
     left_running: list  # those, or others of their sessions, still alive after the command ended
 
 
-def signal_when_serving(command, sig, *, ready_text=None, env=None, cwd=None, timeout=300) -> SignalledRun:
+def signal_when_serving(
+    command, sig, *, ready_text=None, env=None, cwd=None, timeout=300, settle=5.0
+) -> SignalledRun:
     """Run ``command``, send it ``sig`` while it serves, and report what of its servers outlived it.
 
     The signal goes once the command has printed ``ready_text`` (when given) and a tritonserver with
     a python stub runs under it; with ``ready_text=None`` it arrives while models still load. For
-    tests of the deploy scripts: ``left_running`` must be empty. The command starts with SIGINT at its
+    tests of the deploy scripts: ``left_running`` (what still runs ``settle`` seconds after the command
+    ended) must be empty. The command starts with SIGINT at its
     default, as a program in a terminal does, also where this process runs in the background (where
     the shell ignored SIGINT and the command would inherit that).
     """
@@ -103,7 +106,7 @@ def signal_when_serving(command, sig, *, ready_text=None, env=None, cwd=None, ti
                 process.wait()
         sessions = {p.session for p in served_by}
         pids = {p.pid for p in served_by}
-        deadline = time.monotonic() + 5  # a killed stub may take a moment to be reaped
+        deadline = time.monotonic() + settle  # a killed stub may take a moment to be reaped
         while (left := [p for p in triton_processes() if p.session in sessions or p.pid in pids]) and (
             time.monotonic() < deadline
         ):

@@ -101,7 +101,8 @@ class TritonServer:
         return self
 
     def _launch(self) -> None:
-        self._workdir = pathlib.Path(tempfile.mkdtemp(prefix="zoo-triton-"))
+        sweep_stale_work_dirs()
+        self._workdir = pathlib.Path(tempfile.mkdtemp(prefix=work_dir_prefix("triton")))
         self.log_path = self.log_path or self._workdir / "tritonserver.log"
         binary, backends, env = self._prepare_server()
         cmd = [
@@ -121,8 +122,9 @@ class TritonServer:
         ]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._workdir, start_new_session=True
-            )
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._workdir, start_new_session=True,
+                preexec_fn=_stop_with_parent,
+            )  # fmt: skip
 
     def stop(self):
         """Stop the server (SIGTERM, then SIGKILL after 20 s) and its python-backend stubs; idempotent."""
@@ -255,6 +257,43 @@ def _free_port() -> int:
 
 def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
+def _stop_with_parent() -> None:
+    """In the server's process before it starts: the kernel sends it SIGTERM when the process that started
+    it dies (PR_SET_PDEATHSIG), so a deploy killed with SIGKILL, whose clean-up never runs, still takes
+    its server (and the server its python stubs) down. Linux only; elsewhere nothing."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def work_dir_prefix(kind: str) -> str:
+    """``zoo-<kind>-<pid>-``: a temporary folder named after the process that owns it (sweep_stale_work_dirs)."""
+    return f"zoo-{kind}-{os.getpid()}-"
+
+
+def sweep_stale_work_dirs() -> list[pathlib.Path]:
+    """Remove the temporary folders (``zoo-<kind>-<pid>-*``) of processes that no longer run: what a deploy
+    killed with SIGKILL left behind. Returns them."""
+    removed = []
+    for folder in pathlib.Path(tempfile.gettempdir()).glob("zoo-*-*-*"):
+        match = re.fullmatch(r"zoo-[a-z]+-(\d+)-.*", folder.name)
+        if not match or not folder.is_dir() or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+            continue  # its process still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's process
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
