@@ -409,6 +409,25 @@ ROWS: list[Row] = [
             ("steps-per-epoch-0", [*R50_TRAIN, "--synthetic", "--steps-per-epoch", "0"], "steps"),
             ("amp-none", [*R50_TRAIN, "--synthetic", "--amp", "none"], "use --amp fp32"),
             (
+                "results-dir-under-a-file",
+                [
+                    "--recipe",
+                    R50_TINY,
+                    "--results-dir",
+                    "{sandbox}/notes/run",
+                    "--device",
+                    "cpu",
+                    "--synthetic",
+                ],
+                "which is a file: give --results-dir a folder",
+                {"files": {"notes": "a file where a folder belongs"}},
+            ),
+            (
+                "set-number-to-a-word",
+                [*R50_TRAIN, "--synthetic", "--set", "optimizer.momentum=fast"],
+                "optimizer.momentum is a number",
+            ),
+            (
                 "checkpoint-without-resume",
                 [*R50_TRAIN, "--synthetic"],
                 "--resume auto",
