@@ -157,3 +157,13 @@ def test_no_zoo_module_over_a_few_hundred_lines():
         if (n := len(path.read_text().splitlines())) > ZOO_MODULE_LINES
     }
     assert not long, f"zoo modules over {ZOO_MODULE_LINES} lines (split them by concern): {long}"
+
+
+def test_every_zoo_module_is_in_the_architecture_page():
+    """docs/ARCHITECTURE.md's tables name every module and package of the common layer."""
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    zoo = ROOT / "common" / "zoo"
+    names = {p.stem for p in zoo.glob("*.py") if p.stem != "__init__"}
+    names |= {p.name for p in zoo.iterdir() if (p / "__init__.py").is_file()}
+    missing = sorted(name for name in names if f"`zoo.{name}" not in doc)
+    assert not missing, f"zoo modules docs/ARCHITECTURE.md does not name: {missing}"
