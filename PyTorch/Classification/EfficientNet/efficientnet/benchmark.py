@@ -9,7 +9,7 @@ synthetic batch; and the scaling of the recipe's training step over GPU counts.
 
 "ours" is a recipe (``--recipe``, default the B0 recipe, with ``--set``, ``--amp`` and
 ``--batch-size`` overrides): training times ``efficientnet.step.TrainStep``, the step ``train.py`` runs;
-inference times ``efficientnet.inference.inference_model`` (BatchNorm folded, weights in ``--amp``), the
+inference times ``zoo.classification.inference.inference_model`` (BatchNorm folded, weights in ``--amp``), the
 model ``evaluate.py`` scores and ``export.py`` writes, compiled with the recipe's ``train.compile``.
 The baselines are timm's model of the recipe's variant used as a user would: ``timm-eager`` (autocast,
 channels_last, the recipe's optimizer, label-smoothed loss) and ``timm-compile`` (the same with
@@ -38,6 +38,7 @@ import torch.nn as nn
 import zoo.cli
 import zoo.scaling
 from zoo.bench import format_profile, measure, profile_step, write_report
+from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.errors import UserError
 from zoo.imagenet_loaders import DataConfig, SyntheticLoader, build_loader, check_layout
@@ -45,7 +46,6 @@ from zoo.recipe import run_config
 from zoo.torch import amp_dtype, autocast, fast_math, grad_scaler, seed_everything
 
 from efficientnet import DEFAULT_RECIPE
-from efficientnet.inference import inference_model
 from efficientnet.model import VARIANTS
 from efficientnet.step import (
     TrainStep,

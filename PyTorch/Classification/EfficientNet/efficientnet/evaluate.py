@@ -18,6 +18,7 @@ import time
 import torch
 import zoo.cli
 from zoo.checkpoints import CheckpointError
+from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layout
 from zoo.io import atomic_write
@@ -25,7 +26,6 @@ from zoo.log import MetricsLogger
 
 from efficientnet.checkpoints import add_model_args, build_model_for, eval_preprocessing, resolve_weights
 from efficientnet.engine import evaluate
-from efficientnet.inference import inference_model
 
 
 def parse_args(argv=None) -> argparse.Namespace:

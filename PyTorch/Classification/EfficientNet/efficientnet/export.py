@@ -2,7 +2,7 @@
 
     python -m efficientnet.export --checkpoint results/checkpoint.pt --repository triton_repo
 
-Every file holds ``efficientnet.inference.inference_model`` (the model evaluate.py scores and
+Every file holds ``zoo.classification.inference.inference_model`` (the model evaluate.py scores and
 benchmark.py times): BatchNorm folded into the convolutions, weights in ``--amp`` (fp32 by default;
 fp16 or bf16 outright, cast at the edges), so the input stays FP32 [3,H,W] normalised images and
 the output FP32 logits [classes] whatever the precision inside. The batch dimension is dynamic;
@@ -28,12 +28,12 @@ import tempfile
 
 import torch
 import zoo.cli
+from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.errors import UserError
 from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
 from efficientnet.checkpoints import add_model_args, build_model_for, eval_preprocessing, resolve_weights
-from efficientnet.inference import inference_model
 from efficientnet.model import efficientnet
 
 # The libtorch backend names tensors by position; the ONNX models use the names of the zoo's classifiers.

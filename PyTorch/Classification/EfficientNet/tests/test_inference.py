@@ -1,12 +1,12 @@
-"""The one inference model (efficientnet.inference): BatchNorm folding keeps the function, the precisions
+"""The one inference model (zoo.classification.inference): BatchNorm folding keeps the function, the precisions
 stay close to FP32, and the exported TorchScript / ONNX files compute what it computes."""
 
 import numpy as np
 import pytest
 import torch
 from efficientnet.export import export_onnx, export_repository
-from efficientnet.inference import inference_model
 from efficientnet.model import efficientnet
+from zoo.classification.inference import inference_model
 from zoo.errors import UserError
 from zoo.triton.repository import parse_pbtxt
 

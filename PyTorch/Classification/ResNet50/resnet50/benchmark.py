@@ -9,7 +9,7 @@ over GPU counts.
 
 "ours" is a recipe (``--recipe``, default the 1-GPU recipe, with ``--set``, ``--amp`` and
 ``--batch-size`` overrides): training times ``resnet50.step.TrainStep``, the step ``train.py`` runs;
-inference times ``resnet50.inference.inference_model`` (BatchNorm folded, weights in ``--amp``), the
+inference times ``zoo.classification.inference.inference_model`` (BatchNorm folded, weights in ``--amp``), the
 model ``evaluate.py`` scores and ``export.py`` writes, compiled with the recipe's ``train.compile``.
 The baselines are torchvision's model used as a user would: ``tv-eager`` (autocast, channels_last,
 foreach SGD) and ``tv-compile`` (the same with ``torch.compile``). With ``--data-dir``, ours trains on
@@ -37,6 +37,7 @@ import torch.nn as nn
 import zoo.cli
 import zoo.scaling
 from zoo.bench import format_profile, measure, profile_step, write_report
+from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.errors import UserError
 from zoo.imagenet_loaders import DataConfig, SyntheticLoader, build_loader, check_layout
@@ -44,7 +45,6 @@ from zoo.recipe import run_config
 from zoo.torch import amp_dtype, autocast, fast_math, grad_scaler, parameter_groups, seed_everything
 
 from resnet50 import DEFAULT_RECIPE
-from resnet50.inference import inference_model
 from resnet50.step import (
     TrainStep,
     accumulation,

@@ -18,6 +18,7 @@ import time
 import torch
 import zoo.cli
 from zoo.checkpoints import CheckpointError
+from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layout
 from zoo.io import atomic_write
@@ -25,7 +26,6 @@ from zoo.log import MetricsLogger
 
 from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
 from resnet50.engine import evaluate
-from resnet50.inference import inference_model
 from resnet50.model import resnet50
 
 

@@ -1,12 +1,12 @@
-"""The one inference model (resnet50.inference): BatchNorm folding keeps the function, the precisions
+"""The one inference model (zoo.classification.inference): BatchNorm folding keeps the function, the precisions
 stay close to FP32, and the exported TorchScript / ONNX files compute what it computes."""
 
 import numpy as np
 import pytest
 import torch
 from resnet50.export import export_onnx, export_repository, export_torchscript
-from resnet50.inference import fold_batchnorm, inference_model
 from resnet50.model import resnet50
+from zoo.classification.inference import fold_batchnorm, inference_model
 from zoo.errors import UserError
 from zoo.triton.repository import parse_pbtxt
 

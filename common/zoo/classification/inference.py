@@ -15,6 +15,7 @@ import copy
 
 import torch
 import torch.nn as nn
+
 from zoo.torch import amp_dtype
 
 
