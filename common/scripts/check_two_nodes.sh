@@ -6,8 +6,9 @@
 #
 # On this host it launches TRAIN_SH three times with --log-every 1 --resume none:
 #   DIR/one_node        one node of 2N processes (--gpus 2N, rendezvous 127.0.0.1:P)
-#   DIR/two_nodes       node 0 of two nodes of N processes (--nnodes 2 --node-rank 0, rendezvous 127.0.0.1:P+1)
-#   DIR/two_nodes_rank1 node 1 of those (--node-rank 1), each node on its own N GPUs (CUDA_VISIBLE_DEVICES)
+#   DIR/two_nodes       two nodes of N processes (--nnodes 2 --node-rank 0 and 1, rendezvous 127.0.0.1:P+1), each
+#                       on its own N GPUs (CUDA_VISIBLE_DEVICES), one results folder shared as on a cluster
+#                       (the rendezvous, not --node-rank, decides which node holds global rank 0)
 # then compares the losses of one_node and two_nodes step for step (python -m zoo.compare_runs; exit 1 if a
 # step is missing or differs by more than R, relative; 0 asks for equal losses, as on a CPU with gloo).
 # Defaults: N=1, DIR=$RESULTS_DIR/two_nodes_check (results/two_nodes_check), P=29531, R=0. Options that are
@@ -39,20 +40,20 @@ done
 [[ "${port}" =~ ^[1-9][0-9]*$ ]] || { echo "error: --port must be a port number, got '${port}'" >&2; exit 2; }
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 train=(bash "${TRAIN_SH}" --log-every 1 --resume none)
-rm -rf "${out}/one_node" "${out}/two_nodes" "${out}/two_nodes_rank1"  # fresh runs: metrics.jsonl is appended to
+rm -rf "${out}/one_node" "${out}/two_nodes"  # fresh runs: metrics.jsonl is appended to
 
 echo "== one node x $((2 * per_node)) process(es) -> ${out}/one_node"
 "${train[@]}" --gpus $((2 * per_node)) --rdzv-endpoint "127.0.0.1:${port}" --results-dir "${out}/one_node" \
   "${train_args[@]}"
 
 echo "== two nodes x ${per_node} process(es) -> ${out}/two_nodes"
-launch_node() {  # node rank, its first GPU, its results folder
+launch_node() {  # node rank, its first GPU
   CUDA_VISIBLE_DEVICES="$(seq -s, "$2" $(($2 + per_node - 1)))" "${train[@]}" --gpus "${per_node}" --nnodes 2 \
-    --node-rank "$1" --rdzv-endpoint "127.0.0.1:$((port + 1))" --results-dir "$3" "${train_args[@]}"
+    --node-rank "$1" --rdzv-endpoint "127.0.0.1:$((port + 1))" --results-dir "${out}/two_nodes" "${train_args[@]}"
 }
-launch_node 1 "${per_node}" "${out}/two_nodes_rank1" &
+launch_node 1 "${per_node}" &
 node1=$!
-launch_node 0 0 "${out}/two_nodes"
+launch_node 0 0
 wait "${node1}"
 
 exec "${PYTHON}" -m zoo.compare_runs "${out}/one_node" "${out}/two_nodes" --rtol "${rtol}"
