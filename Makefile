@@ -2,7 +2,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 DOCKER ?= docker
-PYTEST_FLAGS ?= -x -q --timeout=900
+PYTEST_FLAGS ?= -x -q --timeout=900 --durations=20 --durations-min=20
 # Large wheels (DALI 424 MB, TensorFlow, torch's CUDA libraries) come over the network: pip resumes a cut
 # download, and a failed install is run again, up to 3 times.
 PIP_FLAGS := -q --retries 10 --resume-retries 20

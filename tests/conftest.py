@@ -14,11 +14,13 @@ def root() -> Path:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """After the run: each model suite's seconds and pytest summary (make test on a fresh clone shows
+    """After the run: each model suite's seconds, pytest summary and slowest tests (make test on a fresh clone shows
     where CI's time goes)."""
     if not SUITE_TIMES:
         return
     terminalreporter.section("model suite times")
-    for model, (seconds, summary) in SUITE_TIMES.items():
+    for model, (seconds, summary, slowest) in SUITE_TIMES.items():
         terminalreporter.write_line(f"{seconds:7.0f} s  {model}: {summary}")
-    terminalreporter.write_line(f"{sum(s for s, _ in SUITE_TIMES.values()):7.0f} s  all model suites")
+        for line in slowest:
+            terminalreporter.write_line(f"             {line}")
+    terminalreporter.write_line(f"{sum(s for s, *_ in SUITE_TIMES.values()):7.0f} s  all model suites")

@@ -8,6 +8,7 @@ run (tests/conftest.py's terminal summary).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +18,14 @@ from zoo_tree import ROOT, SUITE_TIMES, model_dirs, model_env, model_id, venv_bi
 
 TEST_SECONDS = 600
 SUITE_SECONDS = 1200
+SLOW_TEST_SECONDS = 30  # tests at least this long are listed under their suite's time
+
+
+def slowest_tests(stdout: str) -> list[str]:
+    """The lines of pytest's --durations section ("41.20s call  path::test")."""
+    return [
+        line.strip() for line in stdout.splitlines() if re.match(r"^\d+\.\d+s (call|setup|teardown) ", line)
+    ]
 
 
 @pytest.mark.timeout(SUITE_SECONDS + 60)
@@ -25,6 +34,7 @@ def test_model_suite(model_dir):
     python = venv_bin(model_dir) / "python"
     assert python.exists(), f"{python} missing: run `make setup`"
     command = [str(python), "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", f"--timeout={TEST_SECONDS}"]
+    command += ["--durations=5", f"--durations-min={SLOW_TEST_SECONDS}"]
     started = time.monotonic()
     try:
         proc = subprocess.run(
@@ -37,11 +47,11 @@ def test_model_suite(model_dir):
         )
     except subprocess.TimeoutExpired as e:
         outcome = f"timed out after {SUITE_SECONDS} s"
-        SUITE_TIMES[model_id(model_dir)] = (time.monotonic() - started, outcome)
+        SUITE_TIMES[model_id(model_dir)] = (time.monotonic() - started, outcome, [])
         output = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         pytest.fail(f"{model_id(model_dir)} suite {outcome}:\n{output[-6000:]}")
     summary = (proc.stdout.strip().splitlines() or ["(no output)"])[-1]
-    SUITE_TIMES[model_id(model_dir)] = (time.monotonic() - started, summary)
+    SUITE_TIMES[model_id(model_dir)] = (time.monotonic() - started, summary, slowest_tests(proc.stdout))
     print(f"{model_id(model_dir)}: {summary}")
     sys.stdout.flush()
     assert proc.returncode == 0, (

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORK_VENVS = {"PyTorch": "pytorch", "TensorFlow": "tensorflow", "MXNet": "mxnet"}
 # model id -> (seconds, pytest summary line) of each model suite run (test_model_suites.py), for the
 # end-of-run table (conftest.py).
-SUITE_TIMES: dict[str, tuple[float, str]] = {}
+SUITE_TIMES: dict[str, tuple[float, str, list[str]]] = {}
 
 
 def model_dirs() -> list[Path]:
