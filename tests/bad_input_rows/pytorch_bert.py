@@ -1,0 +1,147 @@
+"""Bad-input rows of BERT (see tests/test_bad_input.py)."""
+
+from __future__ import annotations
+
+from zoo_tree import ROOT
+
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+
+BERT = "PyTorch/LanguageModeling/BERT"
+BERT_TINY = f"{ROOT / BERT}/configs/pretrain_tiny_cpu.yaml"
+BERT_TRAIN = ["--recipe", BERT_TINY, "--device", "cpu", "--results-dir", "{results}"]
+BERT_SQUAD = [
+    "--recipe",
+    f"{ROOT / BERT}/configs/squad_tiny_cpu.yaml",
+    "--device",
+    "cpu",
+    "--vocab",
+    "{bert_vocab}",
+]
+BERT_SQUAD += ["--results-dir", "{results}"]
+
+
+ROWS: list[Row] = [
+    *rows_for(
+        BERT,
+        "train.sh",
+        [
+            (
+                "recipe-file-key",
+                ["--recipe", "{recipe}", *BERT_TRAIN[2:], "--synthetic"],
+                ("unknown recipe key 'accumulations'", "did you mean 'run.accumulation'"),
+                {"recipe": f"base: {BERT_TINY}\naccumulations: 2\n"},
+            ),
+            (
+                "set-key",
+                [*BERT_TRAIN, "--synthetic", "--set", "optimizer.lrr=0.1"],
+                ("unknown recipe key 'optimizer.lrr'", "did you mean 'optimizer.lr'"),
+            ),
+            (
+                "accumulation-0",
+                [*BERT_TRAIN, "--synthetic", "--accumulation", "0"],
+                "accumulation must be a positive integer",
+            ),
+            (
+                "batch-size-0",
+                [*BERT_TRAIN, "--synthetic", "--batch-size", "0"],
+                "batch_per_gpu must be a positive integer",
+            ),
+            (
+                "batch-size-neg",
+                [*BERT_TRAIN, "--synthetic", "--batch-size", "-3"],
+                "batch_per_gpu must be a positive integer",
+            ),
+            ("steps-0", [*BERT_TRAIN, "--synthetic", "--steps", "0"], "steps must be a positive integer"),
+            ("amp-none", [*BERT_TRAIN, "--synthetic", "--amp", "none"], "use --amp fp32"),
+            (
+                "checkpoint-without-resume",
+                [*BERT_TRAIN, "--synthetic"],
+                "--resume auto",
+                {"files": {"results/checkpoint.pt": "ten steps of work"}},
+            ),
+            ("missing-data", [*BERT_TRAIN, "--data-dir", "{missing}"], "no_such_path"),
+            ("shard-cut-in-half", [*BERT_TRAIN, "--data-dir", "{bert_truncated}"], "is damaged"),
+            (
+                "init-foreign",
+                [*BERT_TRAIN, "--synthetic", "--init-checkpoint", "{foreign}"],
+                "not a BERT state dict",
+            ),
+            (
+                "resume-foreign",
+                [*BERT_TRAIN, "--synthetic", "--resume", "{foreign}"],
+                "is not a BERT pretraining checkpoint",
+            ),
+            (
+                "resume-text",
+                [*BERT_TRAIN, "--synthetic", "--resume", "{text}"],
+                "is not a BERT pretraining checkpoint",
+            ),
+            (
+                "squad-no-answer",
+                ["squad", *BERT_SQUAD, "--data-dir", "{squad_no_answer}", "--do-train"],
+                "has no answer",
+            ),
+            (
+                "squad-answer-past-context",
+                ["squad", *BERT_SQUAD, "--data-dir", "{squad_past_context}", "--do-train"],
+                "past its context",
+            ),
+        ],
+    ),  # fmt: skip,
+    *rows_for(
+        BERT,
+        "evaluate.sh",
+        [
+            (
+                "text-checkpoint",
+                [*BERT_SQUAD, "--data-dir", "{squad}", "--init-checkpoint", "{text}"],
+                "cannot read checkpoint",
+            ),
+            (
+                "foreign-checkpoint",
+                [*BERT_SQUAD, "--data-dir", "{squad}", "--init-checkpoint", "{foreign}"],
+                "not a BERT state dict",
+            ),
+            (
+                "missing-data",
+                [*BERT_SQUAD, "--data-dir", "{missing}", "--init-checkpoint", "{text}"],
+                "does not exist",
+            ),
+        ],
+    ),  # fmt: skip,
+    *rows_for(
+        BERT,
+        "export_triton.sh",
+        [
+            (
+                "text-checkpoint",
+                ["--checkpoint", "{text}", "--vocab", "{bert_vocab}", "--model-repository", "{results}/repo"],
+                "notes.txt",
+            )
+        ],
+    ),  # fmt: skip,
+    *rows_for(
+        BERT,
+        "download_data.sh",
+        [
+            (
+                "unfinished-wikipedia",
+                [
+                    "prepare",
+                    "--input",
+                    "{wiki_unfinished}",
+                    "--vocab",
+                    "{bert_vocab}",
+                    "--data-dir",
+                    "{results}/data",
+                ],
+                "unfinished Wikipedia extraction",
+            )
+        ],
+    ),  # fmt: skip,
+    *rows_for(
+        BERT,
+        "download_checkpoint.sh",
+        [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
+    ),
+]
