@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,4 +24,6 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{seconds:7.0f} s  {model}: {summary}")
         for line in slowest:
             terminalreporter.write_line(f"             {line}")
-    terminalreporter.write_line(f"{sum(s for s, *_ in SUITE_TIMES.values()):7.0f} s  all model suites")
+    total = sum(s for s, *_ in SUITE_TIMES.values())
+    workers = os.environ.get("ZOO_SUITE_WORKERS", "2")
+    terminalreporter.write_line(f"{total:7.0f} s  all model suites, summed (they ran {workers} at a time)")
