@@ -1,9 +1,14 @@
-"""Each model's own tests, run in its framework's venv (their pins conflict, so one process each).
+"""Each model's own tests, run in its framework's venv (their pins conflict, so one process each), and
+each README's CPU quick start, run verbatim as a user pastes it.
 
 The suites run side by side, ``ZOO_SUITE_WORKERS`` at a time (default 2, one per core of the CI
 machine), each with one OpenMP thread: their tests are small and mostly single-threaded work plus
 process start-ups, so two suites on two cores take about the time of one. Each test of this file
 waits for its own suite, so a failure is reported under the model's name.
+
+A README's quick start is the ```bash block after the line ``<!-- quick-start: cpu -->``. It runs in
+the model directory under ``bash -euo pipefail`` with the venv first on PATH, as the README says, and
+must leave nothing in the checkout that ``git status`` would show.
 
 Time limits agree from the inside out: one test of a suite may take TEST_SECONDS, a whole suite
 SUITE_SECONDS, and this test (the outer pytest's limit for it) a minute more than the suite, so the
@@ -30,6 +35,23 @@ TEST_SECONDS = 600
 SUITE_SECONDS = 1200
 SLOW_TEST_SECONDS = 30  # tests at least this long are listed under their suite's time
 WORKERS = int(os.environ.get("ZOO_SUITE_WORKERS", "2"))
+QUICK_START_SECONDS = 300
+QUICK_START = re.compile(r"^<!-- quick-start: cpu -->\n```bash\n(.*?)^```$", re.M | re.S)
+
+
+def quick_start(model_dir: Path) -> str | None:
+    """The README's CPU quick start block, or None."""
+    found = QUICK_START.findall((model_dir / "README.md").read_text())
+    assert len(found) <= 1, f"{model_id(model_dir)}/README.md has {len(found)} quick-start blocks"
+    return found[0] if found else None
+
+
+def untracked(model_dir: Path) -> set[str]:
+    """What `git status` shows under the model directory."""
+    done = subprocess.run(
+        ["git", "status", "--porcelain", "--", str(model_dir)], cwd=ROOT, capture_output=True, text=True
+    )
+    return set(done.stdout.splitlines())
 
 
 @dataclass
@@ -56,10 +78,10 @@ class SuiteRunner:
         self.lock = threading.Lock()
         self.closed = False
 
-    def submit(self, model_dir: Path):
-        return self.pool.submit(self.run, model_dir)
+    def submit(self, fn, model_dir: Path):
+        return self.pool.submit(fn, model_dir)
 
-    def run(self, model_dir: Path) -> Suite:
+    def suite(self, model_dir: Path) -> Suite:
         python = venv_bin(model_dir) / "python"
         command = [
             str(python),
@@ -72,6 +94,18 @@ class SuiteRunner:
             f"--timeout={TEST_SECONDS}",
         ]
         command += ["--durations=5", f"--durations-min={SLOW_TEST_SECONDS}", str(model_dir / "tests")]
+        return self.run(command, ROOT, model_dir, SUITE_SECONDS)
+
+    def quick_start(self, model_dir: Path) -> Suite:
+        before = untracked(model_dir)
+        block = quick_start(model_dir)
+        done = self.run(["bash", "-euo", "pipefail", "-c", block], model_dir, model_dir, QUICK_START_SECONDS)
+        left = sorted(untracked(model_dir) - before)
+        if left and done.returncode == 0:
+            done.returncode, done.stderr = 1, done.stderr + f"\nleft in the checkout: {left}"
+        return done
+
+    def run(self, command: list[str], cwd: Path, model_dir: Path, seconds: float) -> Suite:
         env = model_env(model_dir)
         env["OMP_NUM_THREADS"] = "1"
         started = time.monotonic()
@@ -79,11 +113,11 @@ class SuiteRunner:
             if self.closed:
                 return Suite(-1, "", "not run: the session stopped", 0.0)
             proc = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
             self.running.add(proc)
         try:
-            stdout, stderr = proc.communicate(timeout=SUITE_SECONDS)
+            stdout, stderr = proc.communicate(timeout=seconds)
             returncode = proc.returncode
         except subprocess.TimeoutExpired:
             proc.kill()
@@ -103,26 +137,28 @@ class SuiteRunner:
 
 
 @pytest.fixture(scope="module")
-def suites(request):
-    """{model id: Future of its Suite}: every selected suite submitted at once, in the tests' order."""
+def jobs(request):
+    """{(test name, model id): Future of its Suite}: every selected suite and quick start submitted at
+    once, in the tests' order."""
     selected = [
-        item.callspec.params["model_dir"]
+        (item.originalname, item.callspec.params["model_dir"])
         for item in request.session.items
         if getattr(item, "callspec", None)
         and "model_dir" in item.callspec.params
         and item.module.__name__ == __name__
     ]
-    python_missing = [model_id(d) for d in selected if not (venv_bin(d) / "python").exists()]
+    python_missing = [model_id(d) for _, d in selected if not (venv_bin(d) / "python").exists()]
     assert not python_missing, f"no venv for {python_missing}: run `make setup`"
     runner = SuiteRunner()
-    yield {model_id(d): runner.submit(d) for d in selected}
+    kinds = {"test_model_suite": runner.suite, "test_readme_quick_start": runner.quick_start}
+    yield {(name, model_id(d)): runner.submit(kinds[name], d) for name, d in selected}
     runner.close()
 
 
 @pytest.mark.timeout(SUITE_SECONDS * len(model_dirs()))  # the suite waits in the queue before it runs
 @pytest.mark.parametrize("model_dir", model_dirs(), ids=model_id)
-def test_model_suite(model_dir, suites):
-    suite = suites[model_id(model_dir)].result()
+def test_model_suite(model_dir, jobs):
+    suite = jobs["test_model_suite", model_id(model_dir)].result()
     if suite.returncode is None:
         summary = f"timed out after {SUITE_SECONDS} s"
     else:
@@ -132,4 +168,15 @@ def test_model_suite(model_dir, suites):
     sys.stdout.flush()
     assert suite.returncode == 0, (
         f"{model_id(model_dir)} tests failed:\n{suite.stdout[-6000:]}\n{suite.stderr[-3000:]}"
+    )
+
+
+@pytest.mark.timeout(SUITE_SECONDS * len(model_dirs()))  # the block waits in the queue before it runs
+@pytest.mark.parametrize("model_dir", [d for d in model_dirs() if quick_start(d)], ids=model_id)
+def test_readme_quick_start(model_dir, jobs):
+    done = jobs["test_readme_quick_start", model_id(model_dir)].result()
+    SUITE_TIMES[f"{model_id(model_dir)} quick start"] = (done.seconds, f"exit {done.returncode}", [])
+    assert done.returncode == 0, (
+        f"{model_id(model_dir)}/README.md quick start failed (exit {done.returncode}, {done.seconds:.0f} s):\n"
+        f"{done.stdout[-4000:]}\n{done.stderr[-3000:]}"
     )
