@@ -46,6 +46,29 @@ def test_every_recipe_has_the_run_section(model_dir):
         run_config(load_recipe(recipe), recipe)  # raises UserError naming the key and the file
 
 
+@pytest.mark.parametrize("model_dir", CASES)
+def test_every_recipe_fits_a_default_recipe(model_dir):
+    """Entry points check a recipe against their default recipe (zoo.cli.add_run_args): every shipped
+    recipe must pass one of the defaults its package names, or users could not train with it."""
+    from zoo.errors import UserError
+    from zoo.recipe import load_recipe
+
+    source = "\n".join(path.read_text() for path in product_files(model_dir))
+    recipes = sorted((model_dir / "configs").glob("*.yaml"))
+    defaults = [recipe for recipe in recipes if f'"{recipe.name}"' in source]
+    assert defaults, f"{model_id(model_dir)}: the package names no recipe of configs/ as its default"
+    for recipe in recipes:
+        errors = []
+        for default in defaults:
+            try:
+                load_recipe(recipe, known_keys_from=default)
+                break
+            except UserError as e:
+                errors.append(str(e))
+        else:
+            raise AssertionError(f"{recipe.relative_to(ROOT)} fits no default recipe: {errors}")
+
+
 def loop_function(engine: Path, name: str) -> tuple[Path, ast.FunctionDef]:
     """(file, definition) of ``name`` in a model's engine.py: defined there, or imported there from a zoo
     module that a family of models shares (the image classifiers' zoo.classification.engine)."""

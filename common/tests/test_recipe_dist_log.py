@@ -109,19 +109,51 @@ def test_log_disabled_is_a_no_op(tmp_path):
     assert stream.getvalue() == "" and not (tmp_path / "m.jsonl").exists()
 
 
-def test_recipe_keys_are_checked_against_the_shipped_recipes(recipes, tmp_path):
+def test_recipe_keys_are_checked_against_the_schema(recipes, tmp_path):
     user = tmp_path / "user"
     user.mkdir()
     (user / "mine.yaml").write_text("base: ../short.yaml\nepoch: 3\noptimizer:\n  lr: 0.2\n")
     with pytest.raises(UserError, match=r"unknown recipe key 'epoch' .*did you mean 'epochs'"):
-        load_recipe(user / "mine.yaml", known_keys_from=recipes)
+        load_recipe(user / "mine.yaml", known_keys_from=recipes / "base.yaml")
     (user / "mine.yaml").write_text("base: ../short.yaml\noptimizer:\n  lr_per_265: 3\n")
     with pytest.raises(UserError, match=r"'optimizer.lr_per_265'"):
         load_recipe(user / "mine.yaml", known_keys_from=[recipes / "base.yaml"])
     (user / "mine.yaml").write_text("base: ../short.yaml\nepochs: 3\n")
-    assert load_recipe(user / "mine.yaml", known_keys_from=recipes)["epochs"] == 3
+    assert load_recipe(user / "mine.yaml", known_keys_from=recipes / "base.yaml")["epochs"] == 3
     with pytest.raises(UserError, match="did you mean 'epochs'"):
         load_recipe(recipes / "short.yaml", {"epoch": 1})
+    with pytest.raises(ValueError, match="not the folder"):
+        load_recipe(user / "mine.yaml", known_keys_from=recipes)
+
+
+def test_a_recipe_saved_beside_the_shipped_ones_does_not_vouch_for_its_own_keys(recipes):
+    # Saved in the model's configs/ folder, deriving from a shipped recipe or standing alone, and with a
+    # second file deriving from it: the misspelt key is unknown every time.
+    (recipes / "mine.yaml").write_text("base: short.yaml\noptimizer:\n  lr_per_265: 3\n")
+    (recipes / "alone.yaml").write_text("epochs: 2\noptimizer:\n  name: sgd\n  lr_per_265: 3\n")
+    (recipes / "derived.yaml").write_text("base: mine.yaml\nepochs: 4\n")
+    for name in ("mine.yaml", "alone.yaml", "derived.yaml"):
+        with pytest.raises(UserError, match=rf"unknown recipe key 'optimizer.lr_per_265' in .*{name}"):
+            load_recipe(recipes / name, known_keys_from=recipes / "base.yaml")
+    assert load_recipe(recipes / "short.yaml", known_keys_from=recipes / "base.yaml")["epochs"] == 5
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("epochs: five\n", "epochs must be a positive integer"),
+        ("optimizer:\n  lr: fast\n", r"optimizer.lr must be a number, not 'fast' \(.*mine.yaml\)"),
+        ("optimizer:\n  momentum: true\n", "optimizer.momentum must be a number, not True"),
+        ("optimizer: sgd\n", r"optimizer is a section \(set its keys\), not 'sgd'"),
+        ("optimizer:\n  name:\n    kind: sgd\n", "unknown recipe key 'optimizer.name.kind'"),
+    ],
+)
+def test_recipe_values_are_checked_against_the_schema_types(recipes, text, message):
+    (recipes / "mine.yaml").write_text("base: short.yaml\n" + text)
+    with pytest.raises(UserError, match=message):
+        load_recipe(recipes / "mine.yaml", known_keys_from=recipes / "base.yaml")
+    (recipes / "mine.yaml").write_text("base: short.yaml\noptimizer:\n  lr: 2\n  name: lars\n")
+    assert load_recipe(recipes / "mine.yaml", known_keys_from=recipes / "base.yaml")["optimizer"]["lr"] == 2
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "1.5", "true", "abc"])

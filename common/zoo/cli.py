@@ -51,8 +51,8 @@ def add_run_args(
 ) -> argparse.ArgumentParser:
     """Add the shared flags to ``parser``; a value left unset (None) keeps the recipe's."""
     parser.add_argument("--recipe", default=str(default_recipe), help="recipe YAML (configs/*.yaml)")
-    # Keys no recipe beside the default one has are misspellings (zoo.recipe's strict check).
-    parser.set_defaults(recipe_keys_from=str(pathlib.Path(default_recipe).parent))
+    # The default recipe is the model's schema: a key it lacks is a misspelling (zoo.recipe's strict check).
+    parser.set_defaults(recipe_keys_from=str(default_recipe))
     parser.add_argument(
         "--set",
         action="append",

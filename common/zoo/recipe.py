@@ -3,9 +3,13 @@
 A recipe may extend another: ``base: resnet50_1gpu_90ep.yaml`` (relative to the recipe file) loads
 that one first and merges this one over it, mapping by mapping.
 
-Recipes are strict: given ``known_keys_from`` (a model's ``configs/`` folder), a key that no shipped
-recipe has (``lr_per_265``, ``epoch``) is an error naming the nearest known key, in a file as in a
-``--set`` override; and counts (batch sizes, epochs, steps, accumulation, image size, classes) must be
+Recipes are strict. Given the model's schema (``known_keys_from``: its default recipe, the one its
+entry point names, with that recipe's bases), a key of a file that the schema lacks (``lr_per_265``,
+``epoch``) is an error naming the nearest known key, and so is a value of another kind than the
+schema's (a word where it has a number, a single value where it has a section); the run: section is
+typed by :func:`run_config`. The file being checked never vouches for its own keys: a recipe saved
+beside the shipped ones in ``configs/`` is checked like any other. ``--set`` overrides must name a key
+of the recipe. Counts (batch sizes, epochs, steps, accumulation, image size, classes) must be
 positive integers (:data:`POSITIVE_INTEGERS`), checked once here for every model. :func:`flag` and
 :func:`compile_mode` read the two kinds of lever value every model has (a boolean, a compile mode).
 """
@@ -76,14 +80,13 @@ def load_recipe(path, overrides: dict | None = None, known_keys_from=None) -> di
 
     An override key that names nothing in the recipe raises UserError naming it. String values
     are read as YAML scalars, so ``"0.1"`` from a command line becomes a float. ``known_keys_from``
-    (a folder of recipes, or a list of recipe files) turns on the unknown-key check of the file.
-    Count-like values are range-checked (:data:`POSITIVE_INTEGERS`, :data:`NON_NEGATIVE`).
+    (the model's schema: a recipe file, or a list of them, each with its bases) turns on the check of
+    the file's keys and value kinds against it (:func:`check_against_schema`). Count-like values are
+    range-checked (:data:`POSITIVE_INTEGERS`, :data:`NON_NEGATIVE`).
     """
     recipe = _load_with_bases(pathlib.Path(path), seen=())
     if known_keys_from is not None:
-        known = known_keys(known_keys_from)
-        for key in sorted(_dotted_keys(recipe) - known):
-            raise UserError(f"unknown recipe key '{key}' in {path}{_nearest(key, known)}")
+        check_against_schema(recipe, schema_of(known_keys_from), path)
     for key, value in (overrides or {}).items():
         _set_dotted(recipe, key, _yaml_scalar(value), path)
     check_ranges(recipe, path)
@@ -92,16 +95,52 @@ def load_recipe(path, overrides: dict | None = None, known_keys_from=None) -> di
     return recipe
 
 
-def known_keys(source) -> set[str]:
-    """Every dotted key of the recipes in ``source`` (a folder of ``*.yaml``, or a list of files)."""
-    source = [source] if isinstance(source, str | pathlib.Path) else list(source)
-    files = []
-    for item in map(pathlib.Path, source):
-        files += sorted(item.glob("*.yaml")) if item.is_dir() else [item]
-    keys = set()
-    for file in files:
-        keys |= _dotted_keys(_load_with_bases(file, seen=()))
-    return keys
+def schema_of(source) -> dict:
+    """The model's schema: the recipe file ``source`` (or the files of a list, merged in order) with its
+    bases. A folder is refused: the keys of whatever recipes lie in it are not a schema (a file saved
+    there with a misspelt key would vouch for itself)."""
+    files = [source] if isinstance(source, str | pathlib.Path) else list(source)
+    schema: dict = {}
+    for file in map(pathlib.Path, files):
+        if file.is_dir():
+            raise ValueError(f"a recipe schema is a recipe file, not the folder {file}")
+        schema = _merge(schema, _load_with_bases(file, seen=()))
+    return schema
+
+
+def check_against_schema(recipe: dict, schema: dict, path="recipe") -> None:
+    """UserError naming the first key of ``recipe`` that ``schema`` lacks (with the nearest known key),
+    or whose value is of another kind than the schema's: a word or a flag where the schema has a number,
+    a single value where it has a section (keys under a single value are unknown keys). Null on either side
+    passes (a recipe may unset a value, and a schema may leave one for recipes to fill); the run:
+    section's types are :func:`run_config`'s, the counts' :func:`check_ranges`'."""
+    known = _dotted_keys(schema) | {"run"} | {f"run.{key}" for key in RUN_KEYS}
+    known |= {f"run.target.{key}" for key in TARGET_KEYS}  # the run: section's schema is RUN_KEYS
+    for key in sorted(_dotted_keys(recipe) - known):
+        raise UserError(f"unknown recipe key '{key}' in {path}{_nearest(key, known)}")
+    for key in sorted(_dotted_keys(recipe)):
+        expected, value = _get_dotted(schema, key), _get_dotted(recipe, key)
+        if (
+            key == "run"
+            or key.startswith("run.")
+            or key.rsplit(".", 1)[-1] in POSITIVE_INTEGERS | NON_NEGATIVE
+        ):
+            continue  # run_config types the run: section, check_ranges the counts, each with its own message
+        if isinstance(expected, dict) and not isinstance(value, dict | None):
+            raise UserError(f"{key} is a section (set its keys), not {value!r} ({path})")
+        if _is_number(expected) and isinstance(value, bool | str):
+            raise UserError(f"{key} must be a number, not {value!r} ({path})")
+
+
+def _get_dotted(recipe: dict, key: str):
+    node = recipe
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def check_ranges(recipe: dict, path="recipe") -> None:

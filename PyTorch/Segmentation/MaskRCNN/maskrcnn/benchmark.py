@@ -37,7 +37,7 @@ from zoo.errors import UserError
 from zoo.recipe import run_config
 from zoo.torch import autocast, close_distributed, fast_math, init_distributed
 
-from maskrcnn import DEFAULT_RECIPE, MODEL_DIR
+from maskrcnn import DEFAULT_RECIPE
 from maskrcnn.model import model_from_recipe, prepare_for_speed
 from maskrcnn.step import TrainStep
 
@@ -143,7 +143,7 @@ def benchmark_recipe(a) -> dict:
     overrides = parse_overrides(a.set)
     overrides.update({"data.min_size": a.image_size, "data.max_size": max(a.image_size, 1333)})
     overrides.update({"run.batch_per_gpu": a.batch_size, "run.accumulation": 1, "run.precision": a.amp})
-    return load_recipe(a.recipe, overrides, known_keys_from=MODEL_DIR / "configs")
+    return load_recipe(a.recipe, overrides, known_keys_from=DEFAULT_RECIPE)
 
 
 def build(name: str, recipe: dict):
