@@ -34,9 +34,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     ranges_seen: list = []
     hits: collections.Counter = collections.Counter()
+    served: dict = {}  # {path: bytes} sent whole with status 200 (a file the server itself holds cut)
 
     def do_GET(self):
         self.hits[self.path] += 1
+        if self.path in self.served:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(self.served[self.path])))
+            self.end_headers()
+            self.wfile.write(self.served[self.path])
+            return
         if self.path in ("/weights.zip", "/model.h5", "/real.zip"):
             body = ZIP_PAYLOAD if self.path == "/real.zip" else ERROR_PAGE
             self.send_response(200)
@@ -332,15 +339,41 @@ def _tar_bytes(mode: str) -> bytes:
     return buffer.getvalue()
 
 
+def _hdf5_bytes(user_block: int = 0) -> bytes:
+    """An HDF5 file's version-0 superblock (after a user block) whose end-of-file address is the file's
+    size, padded to that size: what the check reads of a real file."""
+    size = user_block + 2048
+    undefined = b"\xff" * 8
+    superblock = b"\x89HDF\r\n\x1a\n" + bytes([0, 0, 0, 0, 0, 8, 8, 0]) + (4).to_bytes(2, "little")
+    superblock += (16).to_bytes(2, "little") + bytes(4) + bytes(8) + undefined
+    superblock += size.to_bytes(8, "little") + undefined
+    return (bytes(user_block) + superblock).ljust(size, b"\0")
+
+
+def _mxnet_params_bytes() -> bytes:
+    """What ``mx.nd.save(f, {"arg:w": float32 (2, 3), "aux:i": int64 (2,)})`` writes (NDArray V2 records)."""
+
+    def record(shape, dtype_flag, data):
+        header = (0xF993FAC9).to_bytes(4, "little") + bytes(4) + len(shape).to_bytes(4, "little")
+        header += b"".join(d.to_bytes(8, "little") for d in shape)
+        return header + (1).to_bytes(4, "little") + bytes(4) + dtype_flag.to_bytes(4, "little") + data
+
+    arrays = [record((2, 3), 0, bytes(24)), record((2,), 6, bytes(16))]
+    names = [b"arg:w", b"aux:i"]
+    out = (0x112).to_bytes(8, "little") + bytes(8) + len(arrays).to_bytes(8, "little") + b"".join(arrays)
+    out += len(names).to_bytes(8, "little")
+    return out + b"".join(len(name).to_bytes(8, "little") + name for name in names)
+
+
 SAFETENSORS_HEADER = b'{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'
 SIGNED = {
     "pytorch": [ZIP_PAYLOAD, pickle.dumps({"epoch": 1}, protocol=2)],
     "safetensors": [(len(SAFETENSORS_HEADER)).to_bytes(8, "little") + SAFETENSORS_HEADER + b"\0" * 8],
     "zip": [ZIP_PAYLOAD],
-    "hdf5": [b"\x89HDF\r\n\x1a\n" + b"\0" * 100, b"\0" * 512 + b"\x89HDF\r\n\x1a\n" + b"\0" * 100],
-    "tar": [_tar_bytes("w"), _tar_bytes("w:gz")],
-    "savedmodel": [_tar_bytes("w:gz")],
-    "mxnet-params": [(0x112).to_bytes(8, "little") + b"\0" * 64],
+    "hdf5": [_hdf5_bytes(), _hdf5_bytes(user_block=512)],
+    "tar": [_tar_bytes("w"), _tar_bytes("w:gz"), _tar_bytes("w:bz2"), _tar_bytes("w:xz")],
+    "savedmodel": [_tar_bytes("w:gz"), _tar_bytes("w")],
+    "mxnet-params": [_mxnet_params_bytes(), (0x112).to_bytes(8, "little") + bytes(24)],
 }
 
 
@@ -383,12 +416,79 @@ def test_cli_lists_and_rejects_the_old_spellings(tmp_path, capsys):
         assert str(error.value).startswith(expected), error.value
 
 
-@pytest.mark.parametrize("file_format", ["pytorch", "zip", "safetensors", "savedmodel"])
+@pytest.mark.parametrize("file_format", sorted(SIGNED))
 def test_a_digestless_file_cut_short_is_not_whole(tmp_path, file_format):
     """Without a digest the whole file is read: the first bytes of a good file, cut off, are refused."""
     path = tmp_path / "file"
-    whole = SIGNED[file_format][0]
-    path.write_bytes(whole)
-    assert _format_problem(path, file_format) is None
-    path.write_bytes(whole[: len(whole) - 7])
-    assert re.search(r"cut short|shorter than", _format_problem(path, file_format))
+    # torch.save's pickle of before 1.6 has no end that a reader could check without torch
+    for whole in SIGNED[file_format][:1] if file_format == "pytorch" else SIGNED[file_format]:
+        path.write_bytes(whole)
+        assert _format_problem(path, file_format) is None
+        # a plain tar pads its end-of-archive blocks to 10 KiB: cut into the blocks themselves
+        plain_tar = whole[257:262] == b"ustar"
+        path.write_bytes(whole[: 1024 + 100] if plain_tar else whole[:-7])
+        assert re.search(r"cut short|shorter than", _format_problem(path, file_format)), whole[:16]
+
+
+def test_a_tar_cut_at_a_member_boundary_is_not_whole(tmp_path):
+    """A plain tar cut between two members (or inside one's data) still lists as a shorter archive: the
+    end-of-archive block is what says it is whole."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for index in range(3):
+            info = tarfile.TarInfo(f"variables/variables.data-0000{index}-of-00003")
+            info.size = 1000
+            archive.addfile(info, io.BytesIO(bytes(1000)))
+    whole, path = buffer.getvalue(), tmp_path / "model.tar"
+    for cut, members in ((3 * 1536, 3), (2 * 1536, 2)):
+        path.write_bytes(whole[:cut])
+        problem = _format_problem(path, "tar")
+        assert problem == f"a tar archive cut short: no end-of-archive block after its {members} members"
+    for cut in (1536 + 700, 1536 + 100):  # inside the second member's data, inside its header
+        path.write_bytes(whole[:cut])
+        assert _format_problem(path, "tar").startswith("a tar archive cut short")
+
+
+def test_an_mxnet_params_file_is_walked_to_its_last_byte(tmp_path):
+    path, whole = tmp_path / "w.params", _mxnet_params_bytes()
+    path.write_bytes(whole + b"\0")
+    assert (
+        _format_problem(path, "mxnet-params")
+        == "an MXNet NDArray file damaged (1 bytes after its last record)"
+    )
+    path.write_bytes(whole[:40])
+    assert "its records run past its 40 bytes" in _format_problem(path, "mxnet-params")
+    path.write_bytes(whole[:24] + (0xF993FAC9).to_bytes(4, "little") + (7).to_bytes(4, "little") + whole[32:])
+    assert _format_problem(path, "mxnet-params") == "an MXNet NDArray file damaged (storage type 7)"
+
+
+@pytest.mark.parametrize(
+    "file_format, whole, kept",
+    [
+        ("hdf5", _hdf5_bytes(user_block=512), 1500),
+        ("tar", _tar_bytes("w:bz2"), 60),
+        ("savedmodel", _tar_bytes("w"), 1024 + 100),  # into the end-of-archive block
+        ("mxnet-params", _mxnet_params_bytes(), 100),
+    ],
+)
+def test_a_pull_of_a_file_the_server_holds_cut_is_refused_and_not_cached(
+    server, tmp_path, file_format, whole, kept
+):
+    """The server sends all it has, with a Content-Length that matches: only the file itself shows that
+    it is not whole. Nothing lands in the cache, and the next pull asks the server again."""
+    file_name = f"cut-{file_format}.bin"
+    _Handler.served[f"/{file_name}"] = whole[:kept]
+    registry = _digestless_registry(tmp_path, server, file_name, file_format)
+    cache = tmp_path / "cache"
+    _Handler.hits.clear()
+    for attempt in (1, 2):
+        with pytest.raises(SystemExit) as error:
+            main(["--registry", str(registry), "--cache-dir", str(cache), "pull", "w"])
+        message = str(error.value)
+        assert "\n" not in message and message.startswith("error: ") and file_name in message
+        assert re.search(r"cut short|shorter than", message) and "nothing was written" in message
+        assert [p for p in cache.rglob("*") if p.is_file()] == []
+        assert _Handler.hits[f"/{file_name}"] == attempt
+    _Handler.served[f"/{file_name}"] = whole
+    main(["--registry", str(registry), "--cache-dir", str(cache), "pull", "w"])
+    assert (cache / "w" / file_name).read_bytes() == whole

@@ -158,6 +158,24 @@ def test_corrupt_params_file(tmp_path):
     assert "is not an MXNet parameter file" in one_line(e)
 
 
+def test_a_params_file_cut_short_is_refused_by_a_digestless_pull(tmp_path):
+    """zoo.io's check of a registry entry of format mxnet-params walks the file MXNet wrote to its end."""
+    from zoo.io import _format_problem
+
+    path = tmp_path / "w.params"
+    dense = {"arg:w": mx.nd.ones((4, 3)), "aux:n": mx.nd.array([1, 2], dtype="int64")}
+    sparse = {"c": mx.nd.ones((3, 3)).tostype("csr"), "r": mx.nd.ones((3, 3)).tostype("row_sparse")}
+    for arrays in (dense, sparse):
+        mx.nd.save(str(path), arrays)
+        whole = path.read_bytes()
+        assert _format_problem(path, "mxnet-params") is None
+        for kept in (len(whole) - 1, len(whole) // 2, 40):
+            path.write_bytes(whole[:kept])
+            assert f"cut short: its records run past its {kept} bytes" in _format_problem(
+                path, "mxnet-params"
+            )
+
+
 def test_unknown_checkpoint_name():
     with pytest.raises(UserError) as e:
         load_for_inference("resnet50_nonexistent")

@@ -71,6 +71,8 @@ def test_registry_name_is_pulled_and_evaluated_with_its_preprocessing(
     folder, url = served
     keras.applications.ResNet50(weights=None, input_shape=(32, 32, 3), classes=1000).save(folder / "w.h5")
     (folder / "login.h5").write_text("<!DOCTYPE html><html><body>Please sign in</body></html>")
+    whole = (folder / "w.h5").read_bytes()
+    (folder / "cut.h5").write_bytes(whole[: len(whole) // 2])  # what a server holding half a file sends
     registry = tmp_path / "checkpoints.yaml"
     pre = "{resize: 36, crop: 32, interpolation: bicubic, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}"
     registry.write_text(
@@ -78,7 +80,7 @@ def test_registry_name_is_pulled_and_evaluated_with_its_preprocessing(
         + "".join(
             f"- {{name: {name}, url: '{url}/{file}', sha256: null, size: null, format: hdf5,"
             f" framework: tensorflow, model: resnet50_v1, preprocessing: {pre}}}\n"
-            for name, file in (("good", "w.h5"), ("login", "login.h5"))
+            for name, file in (("good", "w.h5"), ("login", "login.h5"), ("cut", "cut.h5"))
         )
     )
     monkeypatch.setattr(checkpoint, "REGISTRY", registry)
@@ -90,6 +92,9 @@ def test_registry_name_is_pulled_and_evaluated_with_its_preprocessing(
     with pytest.raises(UserError, match="not an HDF5 file but an HTML page"):
         checkpoint.resolve_checkpoint("login")
     assert not (tmp_path / "cache" / "login").exists() or not any((tmp_path / "cache" / "login").iterdir())
+    with pytest.raises(UserError, match=f"{len(whole) // 2} bytes, shorter than the {len(whole)} its HDF5"):
+        checkpoint.resolve_checkpoint("cut")
+    assert not (tmp_path / "cache" / "cut").exists() or not any((tmp_path / "cache" / "cut").iterdir())
     with pytest.raises(UserError, match="unknown checkpoint 'nope'"):
         checkpoint.resolve_checkpoint("nope")
 
