@@ -13,7 +13,7 @@ def _parser(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
         "run:\n  precision: bf16\n  batch_per_gpu: 8\n  accumulation: 1\n  epochs: 1\n  steps: null\n"
-        "  log_every: 1\n  eval_every: null\n  checkpoint_every: null\n  seed: 0\n"
+        "  log_every: 1\n  eval_every: null\n  checkpoint_every: null\n  keep_checkpoints: 1\n  seed: 0\n"
         "  target: {metric: top1, value: null, unit: '%'}\ndata:\n  batch_size: 8\n"
     )
     parser = argparse.ArgumentParser(prog="x")

@@ -19,6 +19,7 @@ run:
   log_every: 20
   eval_every: 1 epoch
   checkpoint_every: 500 steps
+  keep_checkpoints: 3
   seed: 0
   target: {metric: top1, value: null, unit: "%"}
 model:
@@ -37,6 +38,7 @@ def test_run_section_is_typed(recipe_file):
     run = run_config(load_recipe(recipe_file, {"run.batch_per_gpu": "128", "run.target.value": "75.9"}))
     assert run.batch_per_gpu == 128 and run.epochs == 90 and run.steps is None
     assert run.eval_every == Interval(1, "epochs") and run.checkpoint_every == Interval(500, "steps")
+    assert run.keep_checkpoints == 3
     assert run.target.metric == "top1" and run.target.value == 75.9 and run.target.unit == "%"
     assert run.target.reached(75.9) and not run.target.reached(75.89)
 
@@ -52,6 +54,7 @@ def test_run_section_is_typed(recipe_file):
         ({"run.target.unit": "fraction"}, "run.target.unit of top1 is '%'"),
         ({"run.target.metric": "accuracy"}, "run.target.metric must be one of"),
         ({"run.seed": "1.5"}, "run.seed must be an integer"),
+        ({"run.keep_checkpoints": "0"}, "run.keep_checkpoints must be a positive integer"),
     ],
 )
 def test_a_bad_run_value_names_the_key_and_the_file(recipe_file, override, message):

@@ -4,6 +4,7 @@
     RESULTS_DIR/checkpoint/step-600/state.json   name, step, epoch, recipe and the model's own fields
     RESULTS_DIR/checkpoint/step-600/...          the framework's files (zoo.tf: variables.*; zoo.mx:
                                                  model.params, trainer.states)
+    RESULTS_DIR/checkpoint/best/                 a copy of the step folder that evaluated best (zoo.retention)
 
 A save writes a new folder under a temporary name, renames it into place, then points latest.json at it
 (zoo.io.atomic_write): a run killed at any moment leaves the previous checkpoint whole. PyTorch models
@@ -33,10 +34,19 @@ def checkpoint_pointer(results_dir) -> Path:
     return Path(results_dir) / CHECKPOINT_NAME / LATEST
 
 
-def save_folder(directory, state: dict, write: Callable[[Path], None], *, keep: int = 1, chief: bool = True):
+def save_folder(
+    directory,
+    state: dict,
+    write: Callable[[Path], None],
+    *,
+    keep: int = 1,
+    best: bool = False,
+    chief: bool = True,
+):
     """``write(folder)`` fills an empty temporary folder with the framework's files; then ``state`` (its
     ``step`` names the folder) goes to its state.json, the folder is renamed to ``directory/step-<step>``
-    and latest.json points at it. Returns that folder. ``keep``: how many folders stay, newest last.
+    and latest.json points at it. Returns that folder. ``keep`` (``run.keep_checkpoints``): how many
+    folders stay, newest last; ``best``: the folder is also copied whole to ``directory/best``.
     ``chief`` False (another worker of a multi-worker job, which must run the same collectives): the files
     go to this machine's temporary folder and are deleted, nothing is kept."""
     from zoo.io import atomic_write
@@ -68,6 +78,10 @@ def save_folder(directory, state: dict, write: Callable[[Path], None], *, keep: 
         for old in directory.glob("step-*"):  # older ones, and any a killed save renamed but never named
             if old.name not in kept:
                 shutil.rmtree(old, ignore_errors=True)
+        if best:
+            from zoo.retention import BEST, mark_best
+
+            mark_best(folder, directory / BEST)
         return folder
     finally:
         shutil.rmtree(temp, ignore_errors=True)

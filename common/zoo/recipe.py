@@ -10,7 +10,8 @@ schema's (a word where it has a number, a single value where it has a section); 
 typed by :func:`run_config`. The file being checked never vouches for its own keys: a recipe saved
 beside the shipped ones in ``configs/`` is checked like any other. ``--set`` overrides must name a key
 of the recipe. Counts (batch sizes, epochs, steps, accumulation, image size, classes) must be
-positive integers (:data:`POSITIVE_INTEGERS`), checked once here for every model. :func:`flag` and
+positive integers (:data:`POSITIVE_INTEGERS`, by their last name: counts and sizes such as layers, image
+sides, proposals kept), checked once here for every model. :func:`flag` and
 :func:`compile_mode` read the two kinds of lever value every model has (a boolean, a compile mode).
 """
 
@@ -41,6 +42,19 @@ POSITIVE_INTEGERS = frozenset(
         "batch_tokens",
         "beam",
         "log_every",
+        "threads",
+        "base_batch",  # the batch a learning rate is given for (scaled by global batch / base_batch)
+        "min_size",  # image sides in pixels (detectors)
+        "max_size",
+        "max_positions",
+        "encoder_layers",
+        "decoder_layers",
+        "rpn_pre_nms_top_n_train",  # proposals kept per image (Mask R-CNN)
+        "rpn_post_nms_top_n_train",
+        "rpn_pre_nms_top_n_test",
+        "rpn_post_nms_top_n_test",
+        "box_batch_size_per_image",
+        "box_detections_per_img",
     }
 )
 NON_NEGATIVE = frozenset(
@@ -272,6 +286,7 @@ def _nearest(key: str, known) -> str:
 #     log_every: 20            # optimizer steps between train readings (each reading syncs the GPU)
 #     eval_every: 1 epoch      # "N epochs" or "N steps"; null: once, at the end
 #     checkpoint_every: 1 epoch  # "N epochs" or "N steps"; null: once, at the end
+#     keep_checkpoints: 1      # the newest N checkpoints stay (zoo.retention); the best stays too
 #     seed: 0
 #     target: {metric: top1, value: null, unit: "%"}   # stop once reached; null: run the whole length
 RUN_KEYS = (
@@ -283,6 +298,7 @@ RUN_KEYS = (
     "log_every",
     "eval_every",
     "checkpoint_every",
+    "keep_checkpoints",
     "seed",
     "target",
 )
@@ -334,6 +350,7 @@ class RunConfig:
     log_every: int
     eval_every: Interval | None
     checkpoint_every: Interval | None
+    keep_checkpoints: int
     seed: int
     target: Target
 
@@ -365,6 +382,7 @@ def run_config(recipe: dict, path="recipe") -> RunConfig:
         log_every=_count(section, "log_every", path),
         eval_every=_interval(section, "eval_every", path),
         checkpoint_every=_interval(section, "checkpoint_every", path),
+        keep_checkpoints=_count(section, "keep_checkpoints", path),
         seed=_integer(section, "seed", path),
         target=_target(target, path),
     )

@@ -138,6 +138,7 @@ def save_training_checkpoint(
     epoch: int,
     recipe: dict,
     keep: int = 1,
+    best: bool = False,
     chief: bool = True,
     **fields,
 ) -> Path | None:
@@ -148,7 +149,7 @@ def save_training_checkpoint(
     optimizers, variables, tf.random.Generators). ``name`` says which model wrote it (the reader refuses
     another's); ``step`` (optimizer steps done), ``epoch`` (epochs done) and ``recipe`` are the fields every
     state holds, ``fields`` the model's own (JSON). ``keep``: how many checkpoints stay (the newest is the one
-    --resume continues). Under a multi-worker strategy every worker calls it (collectives may run while
+    --resume continues); ``best``: it also becomes checkpoint/best/ (zoo.retention). Under a multi-worker strategy every worker calls it (collectives may run while
     variables are read); only the ``chief``'s is kept.
     """
     import tensorflow as tf
@@ -158,7 +159,12 @@ def save_training_checkpoint(
     state = {"name": name, "step": int(step), "epoch": int(epoch), "recipe": recipe, **fields}
     checkpoint = tf.train.Checkpoint(**objects)
     return save_folder(
-        directory, state, lambda folder: checkpoint.write(str(folder / VARIABLES)), keep=keep, chief=chief
+        directory,
+        state,
+        lambda folder: checkpoint.write(str(folder / VARIABLES)),
+        keep=keep,
+        best=best,
+        chief=chief,
     )
 
 
