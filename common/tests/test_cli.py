@@ -141,3 +141,60 @@ def test_a_results_dir_under_a_file_is_one_line(tmp_path):
     with pytest.raises(UserError, match=r"results dir .*f is a file"):
         resolve_resume("auto", tmp_path / "f" / "checkpoint.pt")
     assert resolve_resume("auto", tmp_path / "new" / "run" / "checkpoint.pt") is None
+
+
+SIGTERM_PROGRAM = r"""
+import os, pathlib, sys, time
+from multiprocessing import get_context
+from zoo.cli import entry_point
+
+def child(path):
+    pathlib.Path(path).write_text(str(os.getpid()))
+    time.sleep(60)
+
+@entry_point
+def main():
+    work = pathlib.Path(sys.argv[1])
+    scratch = work / "scratch.tmp"
+    scratch.write_text("half")
+    worker = get_context("fork").Process(target=child, args=(str(work / "child.pid"),))
+    worker.start()
+    try:
+        print("ready", flush=True)
+        time.sleep(60)
+    finally:
+        scratch.unlink()
+        worker.join()  # the child ends on the same SIGTERM, by its default action
+
+main()
+"""
+
+
+def test_sigterm_runs_the_cleanup_and_ends_in_one_line(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_PROGRAM, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((tmp_path / "child.pid").read_text())
+    proc.send_signal(signal.SIGTERM)
+    os.kill(child, signal.SIGTERM)  # a scheduler signals every process of the job
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert (
+        err.strip().splitlines()[-1]
+        == "terminated (SIGTERM): --resume auto continues from the last checkpoint"
+    )
+    assert "Traceback" not in err
+    assert not (tmp_path / "scratch.tmp").exists()  # the finally block ran

@@ -199,11 +199,16 @@ def check_results_dir(results_dir) -> None:
 def entry_point(main):
     """Decorate a script's ``main(argv=None)``: a :class:`~zoo.errors.UserError` raised anywhere below
     it ends the process with ``error: <message>`` on stderr and exit status 1, no traceback; Ctrl-C ends
-    it with ``interrupted (Ctrl-C)`` and status 130. The only place a UserError becomes an exit
-    (``SystemExit``): library code raises, entry points report."""
+    it with ``interrupted (Ctrl-C)`` and status 130; SIGTERM (a scheduler's preemption, ``kill``) ends it
+    with ``terminated (SIGTERM)`` and status 143 after the ``finally`` blocks and context managers below
+    have run (temporary files removed, child processes stopped, logs closed), where the default action
+    would end the process on the spot. Checkpoints are written then renamed, so the last whole one is
+    where ``--resume auto`` continues. The only place a UserError becomes an exit (``SystemExit``):
+    library code raises, entry points report."""
 
     @functools.wraps(main)
     def run(*args, **kwargs):
+        _raise_on_sigterm()
         try:
             return main(*args, **kwargs)
         except UserError as error:
@@ -215,5 +220,41 @@ def entry_point(main):
             sys.stdout.flush()
             print("interrupted (Ctrl-C)", file=sys.stderr, flush=True)
             raise SystemExit(130) from None  # 128 + SIGINT, as a shell reports it
+        except Terminated:
+            sys.stdout.flush()
+            print(
+                "terminated (SIGTERM): --resume auto continues from the last checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(143) from None  # 128 + SIGTERM
 
     return run
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (raised by the handler entry_point installs). A BaseException, as KeyboardInterrupt
+    is, so that ``except Exception`` blocks let it through."""
+
+
+def _raise_on_sigterm() -> None:
+    """Make SIGTERM raise :class:`Terminated` in this process's main thread. Processes forked later
+    (data-loader workers, a background scorer) keep the default action: the handler re-sends the signal
+    there after restoring it."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return  # the program set its own
+    owner = os.getpid()
+
+    def handler(signum, frame):
+        if os.getpid() != owner:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
