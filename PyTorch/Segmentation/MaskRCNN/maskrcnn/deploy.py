@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
-from maskrcnn.detect import draw, load_image
+from maskrcnn.detect import count_line, draw, load_image
 from maskrcnn.export import OUTPUTS
 
 MODEL = "maskrcnn_python"
@@ -47,7 +48,7 @@ def main(argv=None) -> None:
     a = parse_args(p, argv)
     repo = Path(a.repository)
     if not a.url and not (repo / MODEL / "config.pbtxt").is_file():
-        raise SystemExit(f"error: {repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
+        raise UserError(f"{repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
     loaded = [load_image(path) for path in a.images]
 
     with serve_or_connect(repo, MODEL, url=a.url, protocol=a.protocol) as url:
@@ -60,7 +61,7 @@ def main(argv=None) -> None:
         return
     for path, (im, _), (out, ms) in zip(a.images, loaded, answers, strict=True):
         keep = out["scores"] >= a.threshold
-        print(f"{path}: {int(keep.sum())} objects >= {a.threshold} ({ms:.1f} ms over {a.protocol})")
+        print(f"{path}: {count_line(out['scores'], a.threshold)} ({ms:.1f} ms over {a.protocol})")
         for box, score, label in zip(
             out["boxes"][keep].tolist(),
             out["scores"][keep].tolist(),

@@ -25,6 +25,17 @@ def load_image(path):
     return im, F.to_dtype(F.pil_to_tensor(im), torch.float32, scale=True)
 
 
+def count_line(scores, threshold: float) -> str:
+    """How many detections reach ``threshold``; when none does, the best score, so that a short run's
+    low scores read as such and not as an empty image."""
+    kept = int((scores >= threshold).sum())
+    if kept:
+        return f"{kept} objects >= {threshold}"
+    if len(scores) == 0:
+        return f"0 objects >= {threshold} (no detection at any score)"
+    return f"0 objects >= {threshold} (best score {float(scores.max()):.3f} of {len(scores)} detections: lower --threshold)"
+
+
 def draw(image, output: dict, names: dict, threshold: float, mask_threshold: float = 0.5):
     """A copy of ``image`` with each detection scoring >= ``threshold``: its mask tinted, box, label."""
     from PIL import Image, ImageDraw
@@ -77,7 +88,7 @@ def main(argv=None) -> None:
         target = out_dir / (Path(path).stem + ".png")
         draw(im, output, names, a.threshold).save(target)
         keep = output["scores"] >= a.threshold
-        print(f"{path}: {int(keep.sum())} objects >= {a.threshold} -> {target}", file=sys.stderr)
+        print(f"{path}: {count_line(output['scores'], a.threshold)} -> {target}", file=sys.stderr)
         for box, score, label in zip(
             output["boxes"][keep].tolist(),
             output["scores"][keep].tolist(),

@@ -136,3 +136,13 @@ def test_deploy_stopped_by_sigterm_leaves_no_tritonserver_or_stub(repo, tmp_path
     assert sorted({p.name for p in run.served_by}) == ["triton_python_backend_stub", "tritonserver"]
     assert run.left_running == [], run.output
     assert run.returncode != 0
+
+
+def test_count_line_names_the_best_score_when_none_reaches_the_threshold():
+    from maskrcnn.detect import count_line
+
+    assert count_line(torch.tensor([0.9, 0.6, 0.2]), 0.5) == "2 objects >= 0.5"
+    assert count_line(torch.tensor([0.31, 0.12]), 0.5) == (
+        "0 objects >= 0.5 (best score 0.310 of 2 detections: lower --threshold)"
+    )
+    assert count_line(np.zeros(0, np.float32), 0.5) == "0 objects >= 0.5 (no detection at any score)"
