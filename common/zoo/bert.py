@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from pathlib import Path
 
 from zoo.data.squad import DEV_FILE, TRAIN_FILE  # the files scripts/download_data.sh squad writes
@@ -154,6 +155,8 @@ def pretraining_recipe(args, flag_keys: dict | None = None) -> dict:
     from zoo.cli import recipe_from_args
     from zoo.recipe import run_config
 
+    if args.stop_after is not None and args.stop_after < 1:  # 0 would write the untrained model as a result
+        raise UserError(f"--stop-after must be a positive integer (steps of this run), not {args.stop_after}")
     recipe = recipe_from_args(args, {**PRETRAINING_FLAG_KEYS, **(flag_keys or {})})
     run = run_config(recipe, args.recipe)
     if run.steps is None:
@@ -193,7 +196,7 @@ def squad_parser(
     p.add_argument("--do-predict", action="store_true")
     p.add_argument("--train-file", help=f"default: DATA_DIR/{TRAIN_FILE}")
     p.add_argument("--predict-file", help=f"default: DATA_DIR/{DEV_FILE}")
-    p.add_argument("--vocab", required=True, help="vocab.txt of the pretrained model")
+    p.add_argument("--vocab", help="vocab.txt of the pretrained model (default: the fine-tuned checkpoint's)")
     p.add_argument("--init-checkpoint", help=checkpoint_help)
     p.add_argument("--model", help="bert-large, bert-base or bert-tiny")
     p.add_argument("--epochs", type=int, help="epochs of fine-tuning (run.epochs)")
@@ -205,12 +208,19 @@ def squad_parser(
     p.add_argument("--max-seq", type=int)
     p.add_argument("--doc-stride", type=int)
     p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --do-train: replace the fine-tuned model the results dir holds",
+    )
     return p
 
 
-def parse_squad_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+def parse_squad_args(parser: argparse.ArgumentParser, argv=None, *, outputs=()) -> argparse.Namespace:
     """Parse, fill ``--train-file`` / ``--predict-file`` from ``--data-dir`` and check that what
-    ``--do-train`` / ``--do-predict`` need is there (``parser.error`` otherwise)."""
+    ``--do-train`` / ``--do-predict`` need is there (``parser.error`` otherwise). ``outputs``: what
+    fine-tuning writes in the results dir (files or folders); one that is there already is a UserError
+    with ``--do-train`` unless ``--force``, before anything is read or trained."""
     from zoo.cli import parse_args
 
     args = parse_args(parser, argv)
@@ -223,19 +233,28 @@ def parse_squad_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Nam
         parser.error("--do-train needs --train-file or --data-dir")
     if args.do_predict and not args.predict_file:
         parser.error("--do-predict needs --predict-file or --data-dir")
+    if args.do_train and not args.force:
+        for name in outputs:
+            if os.path.lexists(Path(args.results_dir) / name):
+                raise UserError(
+                    f"{Path(args.results_dir) / name} exists (an earlier fine-tuning's): pass --force to replace it, "
+                    "or give another --results-dir"
+                )
     return args
 
 
-def squad_recipe(args, flag_keys: dict | None = None) -> dict:
+def squad_recipe(args, flag_keys: dict | None = None, saved: dict | None = None) -> dict:
     """The recipe with ``--set`` and the flags applied; ``--steps N`` replaces the recipe's epochs. The dev
     set is scored every run.eval_every epochs; a target F1 must be a percentage and needs the dev set
-    (``--do-predict``)."""
+    (``--do-predict``). ``saved``: the state of a fine-tuned checkpoint (:func:`fine_tuned_state`): its
+    recipe replaces the default one (prediction scores with the settings fine-tuning scored with)."""
     from zoo.cli import recipe_from_args
     from zoo.recipe import run_config
 
     if args.steps is not None:
         args.set = [*args.set, "run.epochs=null"]  # a run is counted in epochs or in steps, not both
-    recipe = recipe_from_args(args, {**SQUAD_FLAG_KEYS, **(flag_keys or {})})
+    keys = {**SQUAD_FLAG_KEYS, **(flag_keys or {})}
+    recipe = recipe_from_args(args, keys, saved=(saved or {}).get("recipe"))
     run = run_config(recipe, args.recipe)
     if run.eval_every is not None and run.eval_every.unit != "epochs":
         raise UserError(
@@ -251,6 +270,22 @@ def squad_recipe(args, flag_keys: dict | None = None) -> dict:
     if target is not None and not args.do_predict:
         raise UserError("--target-f1 needs --do-predict (F1 is measured on the dev set)")
     return recipe
+
+
+def fine_tuned_state(args, read_state) -> dict | None:
+    """The state a SQuAD fine-tuning run saved with its weights (``task: squad``, ``recipe``, ``vocab``)
+    when ``--init-checkpoint`` is such a checkpoint and this run only predicts; ``read_state(path)`` reads
+    it (None for any other file). ``--vocab`` left out becomes the checkpoint's."""
+    saved = None
+    if args.init_checkpoint and not args.do_train:
+        state = read_state(args.init_checkpoint)
+        saved = state if isinstance(state, dict) and state.get("task") == "squad" else None
+    if args.vocab is None:
+        args.vocab = (saved or {}).get("vocab")
+        if not args.vocab or not Path(args.vocab).is_file():
+            where = f" (the checkpoint's {args.vocab} is gone)" if args.vocab else ""
+            raise UserError(f"give --vocab (the vocab.txt of the pretrained model){where}")
+    return saved
 
 
 # ------------------------------------------------------------------------------- a pretraining run

@@ -50,9 +50,12 @@ def add_run_args(
     data_help: str = "dataset folder ($DATA_DIR)",
 ) -> argparse.ArgumentParser:
     """Add the shared flags to ``parser``; a value left unset (None) keeps the recipe's."""
-    parser.add_argument("--recipe", default=str(default_recipe), help="recipe YAML (configs/*.yaml)")
+    parser.add_argument(
+        "--recipe", default=str(default_recipe), action=_GivenRecipe, help="recipe YAML (configs/*.yaml)"
+    )
     # The default recipe is the model's schema: a key it lacks is a misspelling (zoo.recipe's strict check).
-    parser.set_defaults(recipe_keys_from=str(default_recipe))
+    # recipe_given: whether --recipe was on the command line (a checkpoint's own recipe yields to it).
+    parser.set_defaults(recipe_keys_from=str(default_recipe), recipe_given=False)
     parser.add_argument(
         "--set",
         action="append",
@@ -75,6 +78,11 @@ def add_run_args(
     if resume:
         parser.add_argument("--resume", default=None, metavar="{auto,PATH,none}", help=RESUME_HELP)
     return parser
+
+
+class _GivenRecipe(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        namespace.recipe, namespace.recipe_given = values, True
 
 
 def add_target_arg(parser: argparse.ArgumentParser, metric: str, *, unit: str, example) -> None:
@@ -124,11 +132,15 @@ RUN_FLAGS = {
 }
 
 
-def recipe_from_args(args, flag_to_key: dict | None = None) -> dict:
+def recipe_from_args(args, flag_to_key: dict | None = None, saved: dict | None = None) -> dict:
     """Load ``args.recipe`` with ``--set`` items, then the flags that were given: those of RUN_FLAGS and
     ``--target-<metric>`` into the recipe's run: section, those of ``flag_to_key`` (``{"image_size":
-    "data.image_size"}``) where the table says."""
-    from zoo.recipe import load_recipe, parse_overrides
+    "data.image_size"}``) where the table says.
+
+    ``saved``: the recipe a training checkpoint carries (evaluation, export): it replaces the default
+    recipe unless ``--recipe`` was given, so a checkpoint is evaluated with the settings it was trained
+    with; ``--set`` and the flags still apply on top."""
+    from zoo.recipe import load_recipe, parse_overrides, saved_recipe
 
     overrides = parse_overrides(args.set)
     table = dict(RUN_FLAGS)
@@ -141,7 +153,10 @@ def recipe_from_args(args, flag_to_key: dict | None = None) -> dict:
         if name.startswith("target_") and value is not None:
             overrides["run.target.value"] = value
     _one_length(overrides)
-    return load_recipe(args.recipe, overrides, known_keys_from=getattr(args, "recipe_keys_from", None))
+    keys_from = getattr(args, "recipe_keys_from", None)
+    if saved is not None and not getattr(args, "recipe_given", False):
+        return saved_recipe(saved, overrides, "the checkpoint's recipe", defaults_from=keys_from)
+    return load_recipe(args.recipe, overrides, known_keys_from=keys_from)
 
 
 def _one_length(overrides: dict) -> None:

@@ -101,6 +101,23 @@ def load_recipe(path, overrides: dict | None = None, known_keys_from=None) -> di
     recipe = _load_with_bases(pathlib.Path(path), seen=())
     if known_keys_from is not None:
         check_against_schema(recipe, schema_of(known_keys_from), path)
+    return _overridden(recipe, overrides, path)
+
+
+def saved_recipe(
+    recipe: dict, overrides: dict | None = None, where="the checkpoint", defaults_from=None
+) -> dict:
+    """The recipe a training checkpoint carries (``recipe``, checked when that run started), with
+    ``overrides`` applied as :func:`load_recipe` applies them. A key the model's schema (``defaults_from``)
+    gained since the checkpoint was written takes the schema's value."""
+    if not isinstance(recipe, dict):
+        raise UserError(f"{where} carries no recipe (a mapping), but {type(recipe).__name__}")
+    if defaults_from is not None:
+        recipe = _merge(schema_of(defaults_from), recipe)
+    return _overridden(copy.deepcopy(recipe), overrides, where)
+
+
+def _overridden(recipe: dict, overrides: dict | None, path) -> dict:
     for key, value in (overrides or {}).items():
         _set_dotted(recipe, key, _yaml_scalar(value), path)
     check_ranges(recipe, path)

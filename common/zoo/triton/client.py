@@ -60,6 +60,15 @@ class TritonClient:
 
     def model_io(self, model) -> tuple[list[str], list[str]]:
         """The input names and output names the server declares for ``model``."""
+        metadata = self.metadata(model)
+        return [t["name"] for t in metadata["inputs"]], [t["name"] for t in metadata["outputs"]]
+
+    def input_shape(self, model) -> list[int]:
+        """The shape the server declares for ``model``'s first input, batch dimension included (-1)."""
+        return [int(size) for size in self.metadata(model)["inputs"][0]["shape"]]
+
+    def metadata(self, model) -> dict:
+        """The model's metadata as the server gives it (name, versions, inputs and outputs with shapes)."""
         from tritonclient.utils import InferenceServerException
 
         try:
@@ -71,7 +80,7 @@ class TritonClient:
             raise InferenceError(
                 f"{self.protocol} metadata of '{model}' at {self.url}: {e.message()}"
             ) from None
-        return [t["name"] for t in metadata["inputs"]], [t["name"] for t in metadata["outputs"]]
+        return metadata
 
     def close(self) -> None:
         self._client.close()

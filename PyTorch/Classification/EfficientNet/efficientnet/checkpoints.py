@@ -145,7 +145,8 @@ def build_model_for(
     path, *, variant: str = "b0", wide_se: bool = False, width=None, num_classes: int = 1000, trusted=False
 ) -> tuple[torch.nn.Module, int]:
     """The network for the weights at ``path`` with them loaded (eval mode), and its input size: a
-    training checkpoint of ours rebuilds its recipe's model (variant, width, classes, data.image_size);
+    training checkpoint of ours rebuilds its recipe's model (variant, width, classes, data.image_size)
+    with the weights its evaluation scored (the weight average where the run kept one);
     any other file gets ``efficientnet(variant, wide_se=..., width=..., num_classes=...)`` at the
     variant's published resolution."""
     from efficientnet.model import VARIANTS, efficientnet
@@ -160,7 +161,9 @@ def build_model_for(
             raise CheckpointError(f"--variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
         model = efficientnet(variant, num_classes=num_classes, wide_se=wide_se, width=width)
         image_size = VARIANTS[variant].image_size
-    load_model_state(model, extract_state_dict(saved), path)
+    # a run that kept a weight average (train.ema_decay) evaluated the average: score and export it too
+    averaged = saved.get("average") if isinstance(saved, dict) else None
+    load_model_state(model, extract_state_dict(averaged if isinstance(averaged, dict) else saved), path)
     return model.eval(), image_size
 
 

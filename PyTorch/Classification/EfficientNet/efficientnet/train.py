@@ -29,6 +29,7 @@ from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layou
 from zoo.imagenet_loaders.verify import check_split
 from zoo.log import MetricsLogger
 from zoo.recipe import COMPILE_MODES, RunConfig, run_config
+from zoo.retention import improves
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
     CHECKPOINT_NAME,
@@ -303,11 +304,12 @@ def train(args) -> dict:
             flush=True,
         )
 
-    def save() -> None:
-        if primary:
+    def save(best: bool = False) -> None:
+        if primary:  # best: this epoch's evaluation beat the earlier ones (RESULTS_DIR/best.pt)
             save_training_checkpoint(
-                results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe, classes)
-            )
+                results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe, classes),
+                keep=run.keep_checkpoints, best=best,
+            )  # fmt: skip
 
     def after_step(state: TrainState) -> None:
         every = run.checkpoint_every
@@ -325,11 +327,13 @@ def train(args) -> dict:
             last_step=total_steps, log_every=run.log_every, after_step=after_step,
         )  # fmt: skip
         evaluated = state.epoch == epochs or due_after_epoch(run.eval_every, state)
+        best_before = state.best.get(run.target.metric)
         if evaluated:
             metrics = evaluate_epoch(step, val_loader, device, run, state, logger, val_progress)
+        improved = evaluated and improves(run.target.metric, metrics[run.target.metric], best_before)
         stop = state.epoch == epochs or (evaluated and run.target.reached(metrics["top1"]))
-        if stop or due_after_epoch(run.checkpoint_every, state):
-            save()
+        if stop or improved or due_after_epoch(run.checkpoint_every, state):
+            save(best=improved)
         if stop:
             break
     logger.close()

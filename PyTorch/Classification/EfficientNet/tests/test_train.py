@@ -30,7 +30,7 @@ def test_short_training_learns(tmp_path, digits32):
     out = tmp_path / "run"
     result = run_module(
         "efficientnet.train", *TINY, "--image-size", 32, "--data-dir", digits32, "--results-dir", out, "--batch-size", 32,
-        "--epochs", 4, "--steps-per-epoch", 20, "--log-every", 5,
+        "--epochs", 4, "--steps-per-epoch", 20, "--log-every", 5, "--set", "train.ema_decay=0.9",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     curve = losses(out)
@@ -38,6 +38,17 @@ def test_short_training_learns(tmp_path, digits32):
     assert last < first - 0.3, curve
     accuracy = val_records(out)[-1]["top1"]
     assert accuracy > 20.0, val_records(out)  # chance is 10%
+    # the best checkpoint evaluates from itself alone (recipe, classes, size, the weight average it scored)
+    best = max(val_records(out), key=lambda r: r["top1"])  # the first of equal scores
+    assert torch.load(out / "best.pt", weights_only=False)["epoch"] == best["epoch"]
+    result = run_module(
+        "efficientnet.evaluate", "--checkpoint", out / "best.pt", "--data-dir", digits32, "--device", "cpu",
+        "--workers", 1, "--results-dir", out,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "eval.json").read_text())
+    assert report["preprocessing"]["crop"] == 32
+    assert abs(report["top1"] - best["top1"]) < 1.5, (report, best)  # BatchNorm folded: a tie may flip
 
 
 @pytest.mark.parametrize("amp", ["bf16"])

@@ -126,6 +126,29 @@ def load_model_state(model: torch.nn.Module, state: dict, path, *, reset_classif
         )
 
 
+def trained_model(path, *, num_classes: int | None = None, trusted: bool = False):
+    """``(model, image_size)``: ResNet-50 v1.5 with the weights at ``path`` loaded (eval mode), built for
+    the weights' class count, and the input size it was trained at (a training checkpoint of ours carries
+    its recipe's ``data.image_size``; None for any other file). ``num_classes`` (a user's flag) that
+    contradicts the weights is a CheckpointError naming both."""
+    from resnet50.model import resnet50
+
+    saved = read_checkpoint(path, trusted=trusted)
+    state = extract_state_dict(saved)
+    found = checkpoint_num_classes(state)
+    if num_classes is not None and num_classes != found:
+        raise CheckpointError(
+            f"checkpoint {path} has {found} classes, not --num-classes {num_classes} "
+            "(leave --num-classes out: the checkpoint says how many)"
+        )
+    model = resnet50(num_classes=found)
+    load_model_state(model, state, path)
+    recipe = saved.get("recipe") if isinstance(saved, dict) else None
+    data = recipe.get("data") if isinstance(recipe, dict) else None
+    image_size = data.get("image_size") if isinstance(data, dict) else None
+    return model.eval(), int(image_size) if image_size else None
+
+
 def resolve_weights(pretrained: str | None, init_checkpoint: str | None, **pull_args) -> pathlib.Path | None:
     """The file for ``--pretrained NAME`` (pulled from the registry) or ``--init-checkpoint PATH``."""
     if pretrained and init_checkpoint:

@@ -65,17 +65,19 @@ def collect_images(paths: list[str]) -> list[pathlib.Path]:
     return images
 
 
-def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: int, protocol: str, top_k: int,
-             class_names: list[str] | None = None, batch_size: int = 1):  # fmt: skip
+def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: int | None, protocol: str,
+             top_k: int, class_names: list[str] | None = None, batch_size: int = 1):  # fmt: skip
     """[(path, [(class, score), ...])], latencies_ms: one request per ``batch_size`` images.
 
-    The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``).
+    The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``),
+    and so does the image size where ``image_size`` is None (the exported model's input).
     """
     from zoo.triton.client import TritonClient
 
     predictions, latencies = [], []
     with TritonClient(url, protocol) as client:
         (input_name,), (output_name,) = client.model_io(model)
+        image_size = image_size or client.input_shape(model)[-1]
         for start in range(0, len(images), batch_size):
             chunk = images[start : start + batch_size]
             batch = np.stack([preprocess(p, image_size) for p in chunk])
@@ -88,16 +90,14 @@ def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: in
 
 def load(url: str, model: str, images: list[pathlib.Path], args) -> list[dict]:
     """Load mode: the images' requests (``args.batch_size`` per request) at each ``args.concurrency``."""
-    from zoo.triton.client import model_io
+    from zoo.triton.client import TritonClient
     from zoo.triton.load import run_load_mode
 
-    (input_name,), (output_name,) = model_io(url, model, args.protocol)
+    with TritonClient(url, args.protocol) as client:
+        (input_name,), (output_name,) = client.model_io(model)
+        image_size = args.image_size or client.input_shape(model)[-1]
     batches = [
-        {
-            input_name: np.stack(
-                [preprocess(p, args.image_size) for p in images[start : start + args.batch_size]]
-            )
-        }
+        {input_name: np.stack([preprocess(p, image_size) for p in images[start : start + args.batch_size]])}
         for start in range(0, len(images), args.batch_size)
     ]
     return run_load_mode(url, model, batches, args, outputs=[output_name])
@@ -145,7 +145,9 @@ def main(argv=None) -> None:
     p.add_argument("--url", default=None, help="use a running server at host:port instead of starting one")
     p.add_argument("--model", default="resnet50_python", help="model name in the repository")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument(
+        "--image-size", type=int, default=None, help="centre-crop size (default: the served model's input)"
+    )
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1, help="images per request")
     p.add_argument("--classes", default=None, help="text file with one class name per line (label order)")

@@ -15,21 +15,17 @@ import os
 import pathlib
 import time
 
-import torch
 import zoo.cli
 from zoo.checkpoints import CheckpointError
-from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layout
 from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 
-from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
-from resnet50.engine import evaluate
-from resnet50.model import resnet50
-
 
 def parse_args(argv=None) -> argparse.Namespace:
+    import torch
+
     p = argparse.ArgumentParser(prog="python -m resnet50.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", default=None, help="training checkpoint or state_dict file")
     p.add_argument("--pretrained", default=None, help="registry name (checkpoints.yaml) instead of a file")
@@ -40,8 +36,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="eval.json is written here ($RESULTS_DIR, else results)",
     )
     p.add_argument("--data-backend", choices=BACKENDS, default="pytorch")
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--image-size", type=int, default=224, help="centre-crop size")
+    p.add_argument(
+        "--num-classes", type=int, default=None, help="expected class count (default: the checkpoint's)"
+    )
+    p.add_argument(
+        "--image-size", type=int, default=None,
+        help="centre-crop size (default: the checkpoint's training size, else 224)",
+    )  # fmt: skip
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument(
@@ -55,25 +56,33 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run(args) -> dict:
+    import torch
+    from zoo.classification.inference import inference_model
+
+    from resnet50.checkpoints import eval_preprocessing, resolve_weights, trained_model
+    from resnet50.engine import evaluate
+
     weights = resolve_weights(args.pretrained, args.checkpoint)
     if weights is None:
         raise CheckpointError("give --checkpoint PATH or --pretrained NAME")
-    model = resnet50(num_classes=args.num_classes)
-    load_weights(model, weights, trusted=args.pretrained is None)
+    model, trained_size = trained_model(
+        weights, num_classes=args.num_classes, trusted=args.pretrained is None
+    )
+    num_classes = model.fc.out_features
     # a registry checkpoint is scored as it was published (e.g. torchvision's V2 at resize 232)
-    preprocessing = eval_preprocessing(args.pretrained, args.image_size)
+    preprocessing = eval_preprocessing(args.pretrained, args.image_size or trained_size or 224)
     print(f"preprocessing: {preprocessing.describe()}")
     device = torch.device(args.device)
     # the model export.py writes and benchmark.py times (it casts to its precision itself: no autocast)
     model = inference_model(model, amp=args.amp, channels_last=args.channels_last, device=device)
     cfg = DataConfig(
         data_dir=args.data_dir, backend=args.data_backend, batch_size=args.batch_size,
-        image_size=preprocessing.crop, workers=args.workers, num_classes=args.num_classes,
+        image_size=preprocessing.crop, workers=args.workers, num_classes=num_classes,
         device=str(device), channels_last=args.channels_last, val_preprocessing=preprocessing,
     )  # fmt: skip
     classes = None
     if cfg.backend != "synthetic":
-        classes = check_layout(args.data_dir, args.num_classes, splits=("val",))
+        classes = check_layout(args.data_dir, num_classes, splits=("val",))
     loader = build_loader(cfg, "val", classes)
     batches = loader.batches_per_epoch
     if args.limit_batches is not None:

@@ -33,7 +33,7 @@ from zoo.cli import entry_point
 from zoo.errors import UserError
 from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
 
-from resnet50.checkpoints import eval_preprocessing, load_weights, resolve_weights
+from resnet50.checkpoints import eval_preprocessing, resolve_weights, trained_model
 from resnet50.model import resnet50
 
 # The libtorch backend names tensors by position; the ONNX models use the zoo's ResNet-50 names.
@@ -42,13 +42,14 @@ INPUT_NAME, OUTPUT_NAME = "images", "logits"
 MODELS = ("libtorch", "onnx", "python")
 
 
-def load_model(checkpoint=None, pretrained=None, num_classes=1000) -> torch.nn.Module:
-    """The trained network (eval mode, unfolded, FP32) from a checkpoint file or a registry name."""
-    model = resnet50(num_classes=num_classes)
+def load_model(checkpoint=None, pretrained=None, num_classes=None) -> tuple[torch.nn.Module, int | None]:
+    """``(model, image_size)``: the trained network (eval mode, unfolded, FP32) from a checkpoint file or a
+    registry name, with its class count, and the size it was trained at (None where the file does not say);
+    with neither, a fresh ResNet-50 of ``num_classes`` (default 1000)."""
     weights = resolve_weights(pretrained, checkpoint)
-    if weights is not None:
-        load_weights(model, weights, trusted=pretrained is None)
-    return model.eval()
+    if weights is None:
+        return resnet50(num_classes=num_classes or 1000).eval(), None
+    return trained_model(weights, num_classes=num_classes, trusted=pretrained is None)
 
 
 def export_torchscript(model: torch.nn.Module, path, image_size: int) -> pathlib.Path:
@@ -176,12 +177,14 @@ def main(argv=None) -> None:
     p.add_argument("--pretrained", default=None, help="registry name instead of a file")
     p.add_argument("--repository", default="triton_repo", help="Triton model repository to write")
     p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
-    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument(
+        "--num-classes", type=int, default=None, help="expected class count (default: the checkpoint's)"
+    )
     p.add_argument(
         "--image-size",
         type=int,
         default=None,
-        help="input size (default: the --pretrained entry's crop, else 224)",
+        help="input size (default: the --pretrained entry's crop, else the checkpoint's training size, else 224)",
     )
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--instance-kind", choices=("KIND_GPU", "KIND_CPU"), default="KIND_GPU")
@@ -196,8 +199,8 @@ def main(argv=None) -> None:
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise UserError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    model = load_model(args.checkpoint, args.pretrained, args.num_classes)
-    preprocessing = eval_preprocessing(args.pretrained, args.image_size or 224)
+    model, trained_size = load_model(args.checkpoint, args.pretrained, args.num_classes)
+    preprocessing = eval_preprocessing(args.pretrained, args.image_size or trained_size or 224)
     if args.image_size and args.image_size != preprocessing.crop:
         raise UserError(
             f"--image-size {args.image_size} differs from the crop {preprocessing.crop} "

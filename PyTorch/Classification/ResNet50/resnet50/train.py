@@ -19,17 +19,16 @@ import math
 import os
 import pathlib
 import sys
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
 from zoo.cli import entry_point
 from zoo.dist import get_dist_env
 from zoo.errors import UserError
-from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layout
-from zoo.imagenet_loaders.verify import check_split
 from zoo.log import MetricsLogger
 from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger, log_path
 from zoo.recipe import COMPILE_MODES, RunConfig, run_config
+from zoo.retention import improves
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
     CHECKPOINT_NAME,
@@ -44,16 +43,11 @@ from zoo.torch import (
 )
 
 from resnet50 import DEFAULT_RECIPE
-from resnet50.checkpoints import extract_state_dict, load_model_state, load_weights, resolve_weights
-from resnet50.engine import Throughput, TrainState, evaluate, train_one_epoch
-from resnet50.step import (
-    accumulation,
-    build_model,
-    build_train_step,
-    global_batch,
-    lr_schedule,
-    recipe_levers,
-)
+
+if TYPE_CHECKING:
+    from zoo.imagenet_loaders import DataConfig
+
+    from resnet50.engine import TrainState
 
 MLPERF_BENCHMARK = "resnet"
 # What a checkpoint of this script holds besides zoo's fields (--resume refuses a file without them).
@@ -82,6 +76,8 @@ FLAG_TO_RECIPE = {
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The training flags (zoo.cli's shared ones, then ResNet-50's); old spellings are one-line errors."""
+    from zoo.imagenet_loaders import BACKENDS
+
     p = argparse.ArgumentParser(
         prog="python -m resnet50.train",
         description="Train ResNet-50 v1.5 (recipe YAML + flags; torchrun for several GPUs or nodes).",
@@ -169,6 +165,9 @@ def run_length(run: RunConfig, steps_per_epoch: int) -> tuple[int, int]:
 
 def check_data(data: DataConfig, primary: bool) -> list[str] | None:
     """The class names of the image folder (None for synthetic data), checked before anything runs."""
+    from zoo.imagenet_loaders import check_layout
+    from zoo.imagenet_loaders.verify import check_split
+
     if data.backend == "synthetic":
         return None
     classes = check_layout(data.data_dir, data.num_classes)
@@ -211,6 +210,8 @@ def log_run_settings(
     mlperf: MLPerfLogger, recipe: dict, step, train_loader, val_loader, world_size: int
 ) -> None:
     """The MLPerf keys of the run's settings: seed, batch, samples and the SGD hyper-parameters."""
+    from resnet50.step import accumulation, global_batch
+
     run, optimizer = run_config(recipe), recipe["optimizer"]
     mlperf.seed(run.seed)
     mlperf.global_batch_size(global_batch(recipe, world_size))
@@ -232,6 +233,8 @@ def evaluate_epoch(
     step, val_loader, device, run: RunConfig, state: TrainState, logger, progress, mlperf
 ) -> dict:
     """Validation after epoch ``state.epoch``: top-1/top-5 logged (metrics.jsonl, MLPerf), the best kept."""
+    from resnet50.engine import evaluate
+
     mlperf.eval_start(state.epoch)
     metrics = evaluate(step.model, val_loader, device, run.precision, progress=progress)
     mlperf.eval_stop(state.epoch)
@@ -249,6 +252,20 @@ def due_after_epoch(interval, state: TrainState) -> bool:
 def train(args) -> dict:
     """Build the run from the recipe and the flags, resume, train epoch by epoch, evaluate, checkpoint,
     stop at the target; returns the last validation metrics, the best top-1 and the trained model."""
+    import torch
+    from zoo.imagenet_loaders import DataConfig, build_loader
+
+    from resnet50.checkpoints import extract_state_dict, load_model_state, load_weights, resolve_weights
+    from resnet50.engine import Throughput, TrainState, train_one_epoch
+    from resnet50.step import (
+        accumulation,
+        build_model,
+        build_train_step,
+        global_batch,
+        lr_schedule,
+        recipe_levers,
+    )
+
     recipe = build_recipe(args)
     run = run_config(recipe, args.recipe)
     if run.eval_every is not None and run.eval_every.unit != "epochs":
@@ -311,11 +328,12 @@ def train(args) -> dict:
         )
     log_run_settings(mlperf, recipe, step, train_loader, val_loader, env.world_size)
 
-    def save() -> None:
-        if primary:
+    def save(best: bool = False) -> None:
+        if primary:  # best: this epoch's evaluation beat the earlier ones (RESULTS_DIR/best.pt)
             save_training_checkpoint(
-                results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe, classes)
-            )
+                results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe, classes),
+                keep=run.keep_checkpoints, best=best,
+            )  # fmt: skip
 
     def after_step(state: TrainState) -> None:
         every = run.checkpoint_every
@@ -340,11 +358,13 @@ def train(args) -> dict:
             )  # fmt: skip
             mlperf.epoch_stop(state.epoch)
             evaluated = state.epoch == epochs or due_after_epoch(run.eval_every, state)
+            best_before = state.best.get(run.target.metric)
             if evaluated:
                 metrics = evaluate_epoch(step, val_loader, device, run, state, logger, val_progress, mlperf)
+            improved = evaluated and improves(run.target.metric, metrics[run.target.metric], best_before)
             stop = state.epoch == epochs or (evaluated and run.target.reached(metrics["top1"]))
-            if stop or due_after_epoch(run.checkpoint_every, state):
-                save()
+            if stop or improved or due_after_epoch(run.checkpoint_every, state):
+                save(best=improved)
             if stop:
                 break
         mlperf.run_stop("success" if state.best.get("top1", 0.0) >= target_top1 else "aborted")

@@ -27,10 +27,12 @@ def val_records(results_dir) -> list[dict]:
 
 
 def test_short_training_learns(tmp_path, digits16):
+    """The loss falls and top-1 beats chance; the newest 2 checkpoints and the best stay, and the best
+    evaluates from the checkpoint alone (class count and image size come with it) to training's score."""
     out = tmp_path / "run"
     result = run_module(
         "resnet50.train", *TINY, "--data-dir", digits16, "--results-dir", out, "--batch-size", 32,
-        "--epochs", 4, "--steps-per-epoch", 20, "--log-every", 5,
+        "--epochs", 4, "--steps-per-epoch", 20, "--log-every", 5, "--set", "run.keep_checkpoints=2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     curve = losses(out)
@@ -38,6 +40,19 @@ def test_short_training_learns(tmp_path, digits16):
     assert last < first - 0.3, curve
     accuracy = val_records(out)[-1]["top1"]
     assert accuracy > 20.0, val_records(out)  # chance is 10%
+    assert sorted(p.name for p in out.glob("checkpoint_step*.pt")) == [
+        "checkpoint_step000000060.pt", "checkpoint_step000000080.pt"
+    ]  # fmt: skip
+    best = max(val_records(out), key=lambda r: r["top1"])  # the first of equal scores
+    assert torch.load(out / "best.pt", weights_only=False)["epoch"] == best["epoch"]
+    result = run_module(
+        "resnet50.evaluate", "--checkpoint", out / "best.pt", "--data-dir", digits16, "--device", "cpu",
+        "--workers", 1, "--results-dir", out,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((out / "eval.json").read_text())
+    assert report["preprocessing"]["crop"] == 16
+    assert abs(report["top1"] - best["top1"]) < 1.5, (report, best)  # BatchNorm folded: a tie may flip
 
 
 def mllog_events(path) -> list[dict]:

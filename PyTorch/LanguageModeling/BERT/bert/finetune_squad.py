@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import torch
-from zoo.bert import parse_squad_args, squad_parser, squad_recipe
+from zoo.bert import fine_tuned_state, parse_squad_args, squad_parser, squad_recipe
 from zoo.checkpoints import CheckpointError
 from zoo.cli import entry_point
 from zoo.data.squad import make_features, read_squad
@@ -43,7 +43,7 @@ def parse_args(argv=None):
         checkpoint_help="pretrained or fine-tuned weights (ours, Hugging Face, Google)",
     )
     p.add_argument("--device", default=None)
-    return parse_squad_args(p, argv)
+    return parse_squad_args(p, argv, outputs=("squad_model.pt",))
 
 
 def build_model(recipe, vocab_size: int, init_checkpoint: str | None) -> BertForQuestionAnswering:
@@ -104,12 +104,33 @@ def fine_tune(
     return step.step_count, scores, scored_step
 
 
+def fine_tuned(model, recipe: dict, vocab) -> dict:
+    """squad_model.pt: the weights and what prediction and export need to use them alone (the model's
+    config, the recipe fine-tuning scored with, the vocabulary's path)."""
+    return {
+        "model": model.state_dict(),
+        "config": dataclasses.asdict(model.config),
+        "task": "squad",
+        "recipe": recipe,
+        "vocab": str(Path(vocab).resolve()),
+    }
+
+
+def read_fine_tuned(path) -> dict | None:
+    """The fields of a squad_model.pt (weights-only load), None for another file (its loader says why)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - not a torch file: convert.load_into reports what it is
+        return None
+
+
 @entry_point
 def main(argv=None) -> dict | None:
     """Fine-tune and/or predict; returns the dev scores on the primary rank (None elsewhere or
     without --do-predict)."""
     args = parse_args(argv)
-    recipe = squad_recipe(args)
+    # a fine-tuned checkpoint alone: prediction takes its recipe and vocabulary unless flags say otherwise
+    recipe = squad_recipe(args, saved=fine_tuned_state(args, read_fine_tuned))
     run = run_config(recipe, args.recipe)
     # both files are checked before anything is trained or written (a bad dev file is not found after training)
     train_examples = read_squad(args.train_file)[0] if args.do_train else None
@@ -128,7 +149,7 @@ def main(argv=None) -> dict | None:
         )
         if env.is_primary:
             with atomic_write(results / "squad_model.pt") as tmp:
-                torch.save({"model": model.state_dict(), "config": dataclasses.asdict(model.config)}, tmp)
+                torch.save(fine_tuned(model, recipe, args.vocab), tmp)
     if args.do_predict and env.is_primary:
         if scored_step != step:  # the weights changed since the last score
             scores = evaluate_squad(model, recipe, tokenizer, args.predict_file, device, results)

@@ -139,7 +139,12 @@ def test_tiny_fine_tuning_learns_spans_and_stops_at_the_target_f1(tmp_path, engl
     assert scored[-1]["metrics"]["f1"] == after["f1"]  # the final score is that epoch's, not recomputed
     predictions = json.loads((tmp_path / "r" / "predictions.json").read_text())
     assert len(predictions) == 96
-    assert (tmp_path / "r" / "squad_model.pt").is_file()
+    # evaluate.sh from the checkpoint alone: its recipe (window, precision) and vocabulary, the same scores
+    alone = ["--init-checkpoint", str(tmp_path / "r" / "squad_model.pt"), "--device", "cpu"]
+    again = finetune_squad.main(
+        [*alone, "--do-predict", "--data-dir", str(data), "--results-dir", str(tmp_path / "e")]
+    )
+    assert again == after, (again, after)
 
 
 @pytest.mark.parametrize(

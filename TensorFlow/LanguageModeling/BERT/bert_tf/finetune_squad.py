@@ -21,7 +21,8 @@ import os
 import sys
 from pathlib import Path
 
-from zoo.bert import parse_squad_args, squad_parser, squad_recipe
+from zoo.bert import fine_tuned_state, parse_squad_args, squad_parser, squad_recipe
+from zoo.checkpoint_folder import CHECKPOINT_NAME
 from zoo.cli import entry_point
 from zoo.errors import UserError
 from zoo.recipe import run_config
@@ -41,7 +42,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--xla", action="store_const", const=True, help="compile forward+backward with XLA")
     p.add_argument("--distribution", default="auto", help="auto, default or mirrored")
-    return parse_squad_args(p, argv)
+    # fine-tuning writes checkpoint/ (pruning older steps there), squad_model.npz and run.json
+    return parse_squad_args(p, argv, outputs=("squad_model.npz", CHECKPOINT_NAME, "run.json"))
 
 
 def model_config(recipe: dict, vocab_size: int, init_checkpoint: str | None):
@@ -128,7 +130,7 @@ def fine_tune(runtime, model, examples, tokenizer, recipe: dict, args, log) -> t
     return step.step_count, scores, scored_step
 
 
-def save_fine_tuned(model, recipe: dict, step: int, results: Path) -> None:
+def save_fine_tuned(model, recipe: dict, step: int, results: Path, vocab) -> None:
     """checkpoint/ (zoo.tf.save_training_checkpoint: the weights, what evaluate.sh and export read),
     squad_model.npz (Google's names) and run.json."""
     from zoo.checkpoint_folder import CHECKPOINT_NAME
@@ -141,7 +143,7 @@ def save_fine_tuned(model, recipe: dict, step: int, results: Path) -> None:
     config = model.config.__dict__
     save_training_checkpoint(
         results / CHECKPOINT_NAME, {"weights": named_weights(model)}, name=CHECKPOINT_OWNER, step=step, epoch=0,
-        recipe=recipe, task="squad", config=config,
+        recipe=recipe, task="squad", config=config, vocab=str(Path(vocab).resolve()),
     )  # fmt: skip
     with atomic_write(results / "run.json") as tmp:
         Path(tmp).write_text(json.dumps({"task": "squad", "model": recipe["model"], "config": config, "recipe": recipe}, indent=1))  # fmt: skip
@@ -152,7 +154,10 @@ def save_fine_tuned(model, recipe: dict, step: int, results: Path) -> None:
 def main(argv=None) -> dict | None:
     """Fine-tune and/or predict; returns the dev scores (None without --do-predict)."""
     args = parse_args(argv)
-    recipe = squad_recipe(args, FLAG_KEYS)
+    from bert_tf.checkpoint import find_run_checkpoint
+
+    # a fine-tuned checkpoint alone: prediction takes its recipe and vocabulary unless flags say otherwise
+    recipe = squad_recipe(args, FLAG_KEYS, saved=fine_tuned_state(args, find_run_checkpoint))
     run = run_config(recipe, args.recipe)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from zoo.data.squad import read_squad
@@ -179,7 +184,7 @@ def main(argv=None) -> dict | None:
     step, scores, scored_step = 0, None, None
     if args.do_train:
         step, scores, scored_step = fine_tune(runtime, model, train_examples, tokenizer, recipe, args, log)
-        save_fine_tuned(model, recipe, step, results)
+        save_fine_tuned(model, recipe, step, results, args.vocab)
     if args.do_predict:
         if scored_step != step:  # the weights changed since the last score
             scores = evaluate_squad(model, recipe, tokenizer, args.predict_file, results)

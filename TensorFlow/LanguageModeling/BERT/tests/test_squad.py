@@ -44,12 +44,13 @@ def test_fine_tuning_learns_spans_and_stops_at_the_target_f1(squad_run):
     assert np.load(run / "squad_model.npz")["cls/squad/output_weights"].shape == (2, 64)
 
 
-def test_evaluate_reads_the_fine_tuned_run(squad_run, squad_data, tiny_vocab, tmp_path):
+def test_evaluate_reads_the_fine_tuned_run(squad_run, squad_data, tmp_path):
+    """The run alone (no --recipe, no --vocab): its recipe and vocabulary come with its checkpoint."""
     from bert_tf.finetune_squad import main
 
     run, _, after = squad_run
-    scores = main(["--recipe", TINY, "--vocab", str(tiny_vocab), "--data-dir", str(squad_data), "--do-predict",
-                   "--init-checkpoint", str(run), "--results-dir", str(tmp_path)])  # fmt: skip
+    scores = main(["--data-dir", str(squad_data), "--do-predict", "--init-checkpoint", str(run),
+                   "--results-dir", str(tmp_path)])  # fmt: skip
     assert scores == pytest.approx(after)
 
 
