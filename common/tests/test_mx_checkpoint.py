@@ -96,3 +96,23 @@ def test_the_reader_refuses_another_models_torn_or_unfitting_checkpoint(tmp_path
     text.write_text("notes")
     with pytest.raises(UserError, match="notes.txt is not a demo training checkpoint"):
         load_training_checkpoint(text, name="demo", what=WHAT)
+
+
+def test_trainer_states_cut_short_are_refused_before_anything_is_restored(tmp_path):
+    """Trainer.save_states writes one pickle: a cut one ended in UnpicklingError inside load_states."""
+    net, trainer = trained_pair(steps=1)
+    folder = save(tmp_path, net, trainer, step=1)
+    states = folder / "trainer.states"
+    whole = states.read_bytes()
+    for kept in (len(whole) - 1, len(whole) // 2):
+        states.write_bytes(whole[:kept])
+        for pair in ((), (net, trainer)):
+            with pytest.raises(UserError) as error:
+                load_training_checkpoint(tmp_path, *pair, name="demo", what=WHAT)
+            message = str(error.value)
+            assert message.startswith(
+                f"--resume {tmp_path} is cut short or damaged (trainer.states: {kept} bytes"
+            )
+    states.write_bytes(whole + b"\0")
+    with pytest.raises(UserError, match=r"\(trainer.states: 1 bytes after its end\)"):
+        load_training_checkpoint(tmp_path, name="demo", what=WHAT)

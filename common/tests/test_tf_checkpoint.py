@@ -142,3 +142,28 @@ def test_partial_restores_only_the_objects_given(tmp_path):
     weights = {"weights": tf.Variable(np.zeros(4, np.float32))}
     load_training_checkpoint(tmp_path, weights, name="demo", what=WHAT, partial=True)
     assert np.all(weights["weights"].numpy() == 3.0)
+
+
+def test_a_data_file_cut_short_is_refused_from_its_index_before_anything_is_restored(tmp_path):
+    """TensorFlow reads a tensor past the end of a cut data file as IndexError ("Read less bytes than
+    requested"); the index says where every tensor ends, so the reader refuses the file in one line."""
+    from zoo.tf import checkpoint_data_problem
+
+    big = {"weights": tf.Variable(np.ones((64, 64), np.float32)), "bias": tf.Variable(np.ones(8, np.float32))}
+    folder = save_training_checkpoint(
+        tmp_path / CHECKPOINT_NAME, big, name="demo", step=1, epoch=0, recipe={"run": {}}
+    )
+    prefix = folder / "variables"
+    data = folder / "variables.data-00000-of-00001"
+    assert checkpoint_data_problem(prefix) is None
+    whole = data.read_bytes()
+    data.write_bytes(whole[: len(whole) - 5])
+    problem = checkpoint_data_problem(prefix)
+    assert problem.startswith(f"variables.data-00000-of-00001 has {len(whole) - 5} bytes, its index places")
+    assert problem.endswith(f"up to byte {len(whole)}")
+    for restore in (None, big):
+        with pytest.raises(UserError) as error:
+            load_training_checkpoint(tmp_path, restore, name="demo", what=WHAT)
+        assert str(error.value) == f"--resume {tmp_path} is cut short or damaged: {problem}"
+    data.unlink()
+    assert checkpoint_data_problem(prefix) == "variables.data-00000-of-00001 is missing"

@@ -128,17 +128,32 @@ def download(
                 return dest
             dest.unlink()  # not what the entry says it is: never serve it again
 
+    created = [folder for folder in (dest.parent, *dest.parent.parents) if not folder.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
-    _fetch_to_part(url, part, size, progress, timeout)
-    problem = _problem(part, sha256, size)
-    if problem is None and content_format is not None:
-        problem = _format_problem(part, content_format)
-    if problem:
-        part.unlink(missing_ok=True)
-        raise DownloadError(f"{url}: {problem}; nothing was written to {dest}")
+    try:
+        _fetch_to_part(url, part, size, progress, timeout)
+        problem = _problem(part, sha256, size)
+        if problem is None and content_format is not None:
+            problem = _format_problem(part, content_format)
+        if problem:
+            part.unlink(missing_ok=True)
+            raise DownloadError(f"{url}: {problem}; nothing was written to {dest}")
+    except DownloadError:
+        if not part.exists():  # no .part kept to resume: the cache is left as it was
+            _remove_empty_folders(created)
+        raise
     os.replace(part, dest)
     return dest
+
+
+def _remove_empty_folders(folders: list[pathlib.Path]) -> None:
+    """Remove ``folders`` (the deepest first) while they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _problem(path: pathlib.Path, sha256: str | None, size: int | None) -> str | None:

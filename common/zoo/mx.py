@@ -8,6 +8,7 @@ RESULTS_DIR/checkpoint/latest.json names the newest step-N folder, which holds `
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 from zoo.errors import UserError, one_line
@@ -71,8 +72,11 @@ def load_training_checkpoint(
         params = mx.nd.load(str(folder / PARAMS))
         if not (folder / TRAINER_STATES).is_file():
             raise OSError(f"{TRAINER_STATES} is missing")
+        problem = _pickle_problem(folder / TRAINER_STATES)
     except (OSError, mx.base.MXNetError) as e:
         raise UserError(f"{flag} {path} is not {what} (cannot be read: {mxnet_reason(e)})") from None
+    if problem:
+        raise UserError(f"{flag} {path} is cut short or damaged ({TRAINER_STATES}: {problem})")
     try:
         if net is not None:
             net.load_parameters(str(folder / PARAMS), ctx=ctx)
@@ -80,7 +84,26 @@ def load_training_checkpoint(
             trainer.load_states(str(folder / TRAINER_STATES))
     except (AssertionError, OSError, mx.base.MXNetError) as e:
         raise UserError(f"{flag} {path} does not fit this model ({mxnet_reason(e)})") from None
+    except (pickle.UnpicklingError, EOFError, ValueError) as e:
+        raise UserError(f"{flag} {path} is cut short or damaged ({TRAINER_STATES}: {one_line(e)})") from None
     return {**state, "params": params}
+
+
+def _pickle_problem(path: Path) -> str | None:
+    """Why ``path`` (Trainer.save_states: one pickle) is not a whole pickle, or None. Its opcodes are
+    walked to STOP without building any object, so nothing in the file runs."""
+    import pickletools
+
+    data = path.read_bytes()
+    try:
+        for opcode, _, position in pickletools.genops(data):
+            if opcode.name == "STOP":
+                return (
+                    None if position == len(data) - 1 else f"{len(data) - position - 1} bytes after its end"
+                )
+    except (ValueError, EOFError) as e:  # genops: "pickle exhausted before seeing STOP", a bad opcode
+        return f"{len(data)} bytes: {e}"
+    return f"{len(data)} bytes, no pickle's end"
 
 
 def mxnet_reason(error: BaseException) -> str:

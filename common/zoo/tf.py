@@ -191,10 +191,91 @@ def load_training_checkpoint(
         tf.train.load_checkpoint(prefix)
     except (ValueError, tf.errors.OpError) as e:
         raise UserError(f"{flag} {path} is not {what} (cannot be read: {one_line(e, limit=160)})") from None
+    problem = checkpoint_data_problem(prefix)
+    if problem:
+        raise UserError(f"{flag} {path} is cut short or damaged: {problem}")
     if objects:
         try:
             status = tf.train.Checkpoint(**objects).read(prefix)
             (status.expect_partial() if partial else status).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise UserError(f"{flag} {path} does not fit this model ({one_line(e, limit=200)})") from None
+        except IndexError as e:  # TensorFlow's OUT_OF_RANGE: a data file shorter than its index says
+            raise UserError(f"{flag} {path} is cut short or damaged ({one_line(e, limit=160)})") from None
     return state
+
+
+def checkpoint_data_problem(prefix) -> str | None:
+    """Why the data files of the TensorFlow checkpoint ``prefix`` (``PREFIX.index`` and
+    ``PREFIX.data-NNNNN-of-NNNNN``) do not hold every tensor their index names, or None. Only the index is
+    read (every tensor's shard, offset and size), so a checkpoint cut short is refused in moments, before
+    a run writes anything. An index this reader cannot walk is left to TensorFlow's own reading."""
+    from tensorflow.core.protobuf import tensor_bundle_pb2
+
+    prefix = str(prefix)
+    try:
+        records = _table_records(Path(prefix + ".index").read_bytes())
+    except (OSError, ValueError, IndexError):
+        return None
+    ends: dict[int, tuple[int, str]] = {}  # shard -> (the end of its last tensor, that tensor's name)
+    shards = 1
+    for key, value in records:
+        if not key:
+            shards = tensor_bundle_pb2.BundleHeaderProto.FromString(value).num_shards
+            continue
+        entry = tensor_bundle_pb2.BundleEntryProto.FromString(value)
+        end = entry.offset + entry.size
+        if end > ends.get(entry.shard_id, (0, ""))[0]:
+            ends[entry.shard_id] = (end, key.decode(errors="replace"))
+    for shard, (end, name) in sorted(ends.items()):
+        data = Path(f"{prefix}.data-{shard:05d}-of-{shards:05d}")
+        size = data.stat().st_size if data.is_file() else None
+        if size is None:
+            return f"{data.name} is missing"
+        if size < end:
+            return f"{data.name} has {size} bytes, its index places {name} up to byte {end}"
+    return None
+
+
+def _varint(buffer: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buffer[at]
+        value |= (byte & 0x7F) << shift
+        at, shift = at + 1, shift + 7
+        if byte < 0x80:
+            return value, at
+
+
+def _block_records(buffer: bytes, offset: int, size: int) -> list[tuple[bytes, bytes]]:
+    """The (key, value) entries of one uncompressed block of a LevelDB-format table (TensorFlow's
+    checkpoint index): prefix-compressed keys, then the restart points and their count."""
+    if buffer[offset + size] != 0:  # the block trailer's compression type: only uncompressed is read
+        raise ValueError("a compressed index block")
+    restarts = int.from_bytes(buffer[offset + size - 4 : offset + size], "little")
+    end, at, key, out = offset + size - 4 * (restarts + 1), offset, b"", []
+    while at < end:
+        shared, at = _varint(buffer, at)
+        fresh, at = _varint(buffer, at)
+        length, at = _varint(buffer, at)
+        key = key[:shared] + buffer[at : at + fresh]
+        out.append((key, buffer[at + fresh : at + fresh + length]))
+        at += fresh + length
+    return out
+
+
+def _table_records(buffer: bytes) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of a LevelDB-format table, through its footer's index block."""
+    footer = buffer[-48:]
+    if len(buffer) < 48 or footer[-8:] != (0xDB4775248B80FB57).to_bytes(8, "little"):
+        raise ValueError("not a table")
+    _, at = _varint(footer, 0)  # the metaindex block's handle
+    _, at = _varint(footer, at)
+    index_offset, at = _varint(footer, at)
+    index_size, _ = _varint(footer, at)
+    records = []
+    for _, handle in _block_records(buffer, index_offset, index_size):
+        block_offset, at = _varint(handle, 0)
+        block_size, _ = _varint(handle, at)
+        records += _block_records(buffer, block_offset, block_size)
+    return records

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from zoo.errors import UserError
+from zoo.manifest import DataManifest
 
 FORMAT = "zoo-bert-pretraining/v1"
 # every shard holds these arrays; static masking adds mlm_positions and mlm_labels
@@ -261,6 +262,55 @@ def shard_problem(path: Path, samples: int, arrays: tuple[str, ...]) -> str | No
     return None
 
 
+def read_metadata(path: Path) -> tuple[dict, SampleSpec, Specials]:
+    """A prepared directory's metadata.json: (its fields, the sample spec, the special token ids), or one
+    line naming the file when it is not JSON, not this format or lacks a field."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UserError(f"{path} is not a readable JSON file ({type(e).__name__}: {e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise UserError(f"{path} is not a {FORMAT} description")
+    try:
+        fields = {f.name for f in dataclasses.fields(SampleSpec)}
+        spec = SampleSpec(**{k: v for k, v in meta.items() if k in fields})
+        specials = Specials(**meta["specials"])
+        shards = [(str(s["file"]), int(s["samples"])) for s in meta["shards"]]
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path} is damaged ({type(e).__name__}: {e})") from None
+    ids = {name: getattr(specials, name) for name in ("pad", "cls", "sep", "mask")}
+    if not all(isinstance(v, int) for v in [*ids.values(), specials.vocab_size]) or not shards:
+        raise UserError(f"{path} is damaged (specials {dataclasses.asdict(specials)}, {len(shards)} shards)")
+    outside = {name: i for name, i in ids.items() if not 0 <= i < specials.vocab_size}
+    if outside:
+        raise UserError(
+            f"{path} places special tokens {outside} outside its {specials.vocab_size}-token vocabulary"
+        )
+    return meta, spec, specials
+
+
+def _token_id_problem(path: Path, manifest: DataManifest, vocab_size: int) -> str | None:
+    """Why the shard at ``path`` holds a token id outside a ``vocab_size`` vocabulary, or None. The
+    largest id comes from the manifest that prepare wrote while the shard is unchanged since, else from
+    the shard's own input_ids and mlm_labels (read once, here, before a run writes anything)."""
+    facts = manifest.lookup(path) or {}
+    largest = facts.get("max_token_id")
+    if not isinstance(largest, int):
+        try:
+            with np.load(path) as f:
+                largest = max(
+                    int(f[name].max(initial=0)) for name in ("input_ids", "mlm_labels") if name in f
+                )
+                smallest = int(f["input_ids"].min(initial=0))
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            return f"{type(e).__name__}: {e}"
+        if smallest < 0:
+            return f"token id {smallest} in input_ids"
+    if largest >= vocab_size:
+        return f"token id {largest}, beyond the {vocab_size}-token vocabulary metadata.json names"
+    return None
+
+
 class PretrainingData:
     """Shards of one prepared directory, addressed as one stream per epoch.
 
@@ -273,24 +323,22 @@ class PretrainingData:
         meta_path = self.dir / "metadata.json"
         if not meta_path.is_file():
             raise UserError(f"{self.dir} has no metadata.json: prepare it with scripts/download_data.sh")
-        self.meta = json.loads(meta_path.read_text())
-        if self.meta.get("format") != FORMAT:
-            raise UserError(f"{meta_path} is not a {FORMAT} description")
+        self.meta, self.spec, self.specials = read_metadata(meta_path)
         missing = [s["file"] for s in self.meta["shards"] if not (self.dir / s["file"]).is_file()]
         if missing:
             raise UserError(f"{self.dir} lacks shards {missing[:3]} listed in metadata.json")
-        fields = {f.name for f in dataclasses.fields(SampleSpec)}
-        self.spec = SampleSpec(**{k: v for k, v in self.meta.items() if k in fields})
         arrays = SHARD_FIELDS + (STATIC_MASK_FIELDS if self.spec.masking == "static" else ())
+        manifest = DataManifest.read(self.dir)
         for shard in self.meta["shards"]:
             path = self.dir / shard["file"]
             problem = shard_problem(path, shard["samples"], arrays)
+            if problem is None:
+                problem = _token_id_problem(path, manifest, self.specials.vocab_size)
             if problem:
                 raise UserError(
                     f"shard {path} is damaged ({problem}): prepare {self.dir} again "
                     "(scripts/download_data.sh prepare)"
                 )
-        self.specials = Specials(**self.meta["specials"])
         self.sizes = np.array([s["samples"] for s in self.meta["shards"]])
         self.seed = seed
         self._cache: dict[int, dict] = {}

@@ -34,6 +34,7 @@ from zoo.data.bert import (
     tokenize_documents,
 )
 from zoo.errors import UserError
+from zoo.manifest import MANIFEST_NAME, DataManifest
 
 # --- preprocessing into shards ---------------------------------------------------------------
 
@@ -80,6 +81,11 @@ def prepare(
         "tokens": sum(s["tokens"] for s in shards),
         "shards": shards,
     }
+    manifest = DataManifest(out_dir)  # what training trusts without reading the shards again
+    for part in results:
+        for name, largest in part["max_token_ids"].items():
+            manifest.record(out_dir / name, max_token_id=largest)
+    manifest.write()
     tmp = out_dir / "metadata.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))
     tmp.replace(out_dir / "metadata.json")
@@ -91,7 +97,7 @@ def remove_previous_output(out_dir: Path) -> None:
     so a crash from here on leaves no directory that reads as complete), then its shards and the
     temporary files of a crashed run."""
     (out_dir / "metadata.json").unlink(missing_ok=True)
-    for stale in [out_dir / "metadata.json.tmp", *out_dir.glob("shard_*.npz*")]:
+    for stale in [out_dir / "metadata.json.tmp", out_dir / MANIFEST_NAME, *out_dir.glob("shard_*.npz*")]:
         stale.unlink(missing_ok=True)
 
 
@@ -121,6 +127,7 @@ def _prepare_part(files, vocab, out_dir, spec, dupe_factor, shard_size, seed, pa
     writer.close()
     return {
         "shards": writer.shards,
+        "max_token_ids": writer.max_token_ids,
         "vocab_size": specials.vocab_size,
         "specials": dataclasses.asdict(specials),
     }
@@ -144,6 +151,7 @@ class _ShardWriter:
         self.pending: list[dict] = []
         self.count = 0
         self.shards: list[dict] = []
+        self.max_token_ids: dict[str, int] = {}  # {shard file: its largest token id} for the manifest
 
     def add(self, samples: dict) -> None:
         self.pending.append(samples)
@@ -165,6 +173,8 @@ class _ShardWriter:
         tmp = self.out_dir / (name + ".tmp.npz")
         np.savez(tmp, **shard)
         tmp.replace(self.out_dir / name)
+        ids = [shard["input_ids"]] + ([shard["mlm_labels"]] if "mlm_labels" in shard else [])
+        self.max_token_ids[name] = max(int(a.max(initial=0)) for a in ids)
         self.shards.append(
             {
                 "file": name,

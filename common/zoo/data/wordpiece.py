@@ -20,7 +20,10 @@ def load_tokenizer(vocab: str | Path, *, lowercase: bool = True):
     vocab = Path(vocab)
     if not vocab.is_file():
         raise UserError(f"vocabulary {vocab} does not exist (scripts/download_data.sh vocab fetches it)")
-    lines = vocab.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = vocab.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"vocabulary {vocab} is not a UTF-8 text file ({type(e).__name__}: {e})") from None
     missing = [t for t in SPECIAL_TOKENS if t not in lines]
     if missing:
         raise UserError(f"vocabulary {vocab} lacks the special tokens {missing}: not a BERT vocab.txt")

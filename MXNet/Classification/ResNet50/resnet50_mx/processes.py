@@ -26,6 +26,8 @@ def parse_gpus(value: str | None) -> list[int]:
         items = [int(v) for v in str(value).split(",") if v.strip()]
     except ValueError:
         raise UserError(f"--gpus must be a count or a comma list of GPU ids, got {value!r}") from None
+    if any(item < 0 for item in items):  # range(-1) would be no GPU at all: a silent CPU run
+        raise UserError(f"--gpus {value}: a GPU count or ids must not be negative (0 or cpu: the CPU)")
     gpus = list(range(items[0])) if len(items) == 1 and "," not in str(value) else items
     available = mx.context.num_gpus()
     if gpus and max(gpus) >= available:

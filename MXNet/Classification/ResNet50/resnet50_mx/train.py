@@ -123,6 +123,9 @@ def devices(recipe: dict, precision: str, horovod: bool):
 
 def data_spec(recipe: dict, run, procs, ctx) -> DataSpec:
     data_cfg, model_cfg = recipe["data"], recipe["model"]
+    threads = data_cfg.get("threads", 4)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise UserError(f"data.threads must be a positive integer (decoding threads), not {threads!r}")
     return DataSpec(
         backend=data_cfg["backend"],
         data_dir=data_cfg.get("dir"),
@@ -131,7 +134,7 @@ def data_spec(recipe: dict, run, procs, ctx) -> DataSpec:
         num_classes=int(model_cfg["num_classes"]),
         num_parts=procs.world,
         part_index=procs.rank,
-        threads=int(data_cfg.get("threads", 4)),
+        threads=threads,
         synthetic_batches=int(data_cfg.get("synthetic_batches", 20)),
         layout=model_cfg.get("input_layout", "NCHW"),
         random_resized_crop=bool(data_cfg.get("random_resized_crop", True)),

@@ -247,7 +247,7 @@ def test_prepare_removes_what_an_earlier_run_left(tmp_path, english_text, tiny_v
         (out / stale).write_bytes(b"from a crashed run")
     meta = prepare([english_text / "Apache-2.0"], tiny_vocab, out, SampleSpec(), shard_size=8)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["metadata.json"] + [s["file"] for s in meta["shards"]]
+        ["metadata.json", "manifest.json"] + [s["file"] for s in meta["shards"]]
     )
     assert len(PretrainingData(out)) == meta["samples"] > 8
 
@@ -272,8 +272,12 @@ def rewrite_shard(path, change):
             "array seq_ids has shape",
         ),
         (lambda p: rewrite_shard(p, lambda a: a.pop("cls_positions")), "no cls_positions arrays"),
+        (
+            lambda p: rewrite_shard(p, lambda a: a["input_ids"].__setitem__((3, 1), 60000)),
+            "token id 60000, beyond the",
+        ),
     ],
-    ids=["cut-in-half", "empty", "rows-lost", "array-lost"],
+    ids=["cut-in-half", "empty", "rows-lost", "array-lost", "id-beyond-vocabulary"],
 )
 def test_damaged_shards_are_named_at_start(tmp_path, packed_data, damage, problem):
     import shutil
@@ -287,3 +291,46 @@ def test_damaged_shards_are_named_at_start(tmp_path, packed_data, damage, proble
     message = str(error.value.code)
     assert message.startswith(f"error: shard {shard} is damaged (") and problem in message
     assert message.endswith(f"prepare {data} again (scripts/download_data.sh prepare)")
+
+
+def test_metadata_that_is_not_json_or_names_too_small_a_vocabulary_is_named_at_start(tmp_path, packed_data):
+    """metadata.json is read before any shard: not JSON, a field missing, special tokens or shard ids
+    outside the vocabulary it names. The shards' largest id comes from the manifest prepare wrote."""
+    import json
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(packed_data, data)
+    path = data / "metadata.json"
+    meta = json.loads(path.read_text())
+    largest = 0
+    for shard in meta["shards"]:
+        with np.load(data / shard["file"]) as arrays:
+            largest = max(largest, int(arrays["input_ids"].max()))
+    manifest = json.loads((data / "manifest.json").read_text())["files"]
+    assert max(entry["max_token_id"] for entry in manifest.values()) == largest
+
+    def message_for(text: str) -> str:
+        path.write_text(text)
+        with pytest.raises(SystemExit) as error:
+            entry_point(PretrainingData)(data)
+        return str(error.value.code)
+
+    def with_specials(**changes) -> str:
+        return json.dumps({**meta, "specials": {**meta["specials"], **changes}})
+
+    path.write_text(with_specials(vocab_size=largest + 1))
+    assert len(PretrainingData(data)) == meta["samples"]
+    assert message_for(with_specials(vocab_size=largest)).endswith(
+        f"(token id {largest}, beyond the {largest}-token vocabulary metadata.json names): "
+        f"prepare {data} again (scripts/download_data.sh prepare)"
+    )
+    assert message_for(with_specials(mask=10**6)) == (
+        f"error: {path} places special tokens {{'mask': 1000000}} outside its "
+        f"{meta['specials']['vocab_size']}-token vocabulary"
+    )
+    assert message_for('{"format": "zoo-bert-pretraining/v1",').startswith(
+        f"error: {path} is not a readable JSON file (JSONDecodeError: "
+    )
+    no_specials = {k: v for k, v in meta.items() if k != "specials"}
+    assert message_for(json.dumps(no_specials)) == f"error: {path} is damaged (KeyError: 'specials')"

@@ -247,12 +247,19 @@ def read_weights(path) -> dict[str, np.ndarray]:
     prefix = path.with_suffix("") if path.suffix == ".index" else path
     if Path(str(prefix) + ".index").is_file():
         import tensorflow as tf
+        from zoo.tf import checkpoint_data_problem
 
         try:
             reader = tf.train.load_checkpoint(str(prefix))
         except (tf.errors.OpError, ValueError) as e:
             raise UserError(f"cannot read checkpoint {prefix}: {one_line(e)}") from None
-        state = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+        problem = checkpoint_data_problem(prefix)
+        if problem:
+            raise UserError(f"checkpoint {prefix} is cut short or damaged: {problem}")
+        try:
+            state = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+        except (IndexError, tf.errors.OpError) as e:  # IndexError: TensorFlow's OUT_OF_RANGE
+            raise UserError(f"checkpoint {prefix} is cut short or damaged ({one_line(e)})") from None
         if not any(name.startswith("bert/") for name in state):
             raise UserError(
                 f"{prefix} is not a Google BERT checkpoint (a training run's? pass its run directory)"
@@ -291,7 +298,15 @@ def read_google_config(checkpoint) -> dict | None:
     path = Path(checkpoint)
     folder = unpack_google_zip(path).parent if path.suffix == ".zip" else path.parent
     found = sorted(folder.rglob("bert_config.json")) if folder.is_dir() else []
-    return json.loads(found[0].read_text()) if found else None
+    if not found:
+        return None
+    try:
+        config = json.loads(found[0].read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UserError(f"{found[0]} is not a readable JSON file ({one_line(e)})") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{found[0]} is not a BERT configuration (a JSON object)")
+    return config
 
 
 # The name zoo.tf.save_training_checkpoint gives this model's checkpoints (pretraining and SQuAD runs alike;
