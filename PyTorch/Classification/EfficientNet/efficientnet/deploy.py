@@ -19,21 +19,15 @@ import time
 import numpy as np
 from zoo.bench import percentiles
 from zoo.cli import entry_point
-from zoo.imagenet_loaders import (
-    IMAGE_EXTENSIONS,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    DataError,
-    one_line,
-)
-
-from efficientnet.checkpoints import default_preprocessing
 
 
 def preprocess(path, image_size: int) -> np.ndarray:
     """The validation transform of our recipes (efficientnet.checkpoints.default_preprocessing: short
     side to image_size + 32, bicubic, centre crop, normalise) as FP32 [3,H,W]."""
     from PIL import Image, UnidentifiedImageError
+    from zoo.imagenet_loaders import IMAGENET_MEAN, IMAGENET_STD, DataError, one_line
+
+    from efficientnet.checkpoints import default_preprocessing
 
     try:
         with Image.open(path) as image:
@@ -53,6 +47,8 @@ def preprocess(path, image_size: int) -> np.ndarray:
 
 
 def collect_images(paths: list[str]) -> list[pathlib.Path]:
+    from zoo.imagenet_loaders import IMAGE_EXTENSIONS, DataError
+
     images = []
     for item in paths:
         path = pathlib.Path(item)
@@ -71,13 +67,15 @@ def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: in
              class_names: list[str] | None = None, batch_size: int = 1):  # fmt: skip
     """[(path, [(class, score), ...])], latencies_ms: one request per ``batch_size`` images.
 
-    The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``).
+    The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``),
+    and so does the image size where ``image_size`` is None (the exported model's input).
     """
     from zoo.triton.client import TritonClient
 
     predictions, latencies = [], []
     with TritonClient(url, protocol) as client:
         (input_name,), (output_name,) = client.model_io(model)
+        image_size = image_size or client.input_shape(model)[-1]
         for start in range(0, len(images), batch_size):
             chunk = images[start : start + batch_size]
             batch = np.stack([preprocess(p, image_size) for p in chunk])
@@ -90,16 +88,14 @@ def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: in
 
 def load(url: str, model: str, images: list[pathlib.Path], args) -> list[dict]:
     """Load mode: the images' requests (``args.batch_size`` per request) at each ``args.concurrency``."""
-    from zoo.triton.client import model_io
+    from zoo.triton.client import TritonClient
     from zoo.triton.load import run_load_mode
 
-    (input_name,), (output_name,) = model_io(url, model, args.protocol)
+    with TritonClient(url, args.protocol) as client:
+        (input_name,), (output_name,) = client.model_io(model)
+        image_size = args.image_size or client.input_shape(model)[-1]
     batches = [
-        {
-            input_name: np.stack(
-                [preprocess(p, args.image_size) for p in images[start : start + args.batch_size]]
-            )
-        }
+        {input_name: np.stack([preprocess(p, image_size) for p in images[start : start + args.batch_size]])}
         for start in range(0, len(images), args.batch_size)
     ]
     return run_load_mode(url, model, batches, args, outputs=[output_name])
@@ -147,13 +143,17 @@ def main(argv=None) -> None:
     p.add_argument("--url", default=None, help="use a running server at host:port instead of starting one")
     p.add_argument("--model", default="efficientnet_python", help="model name in the repository")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
-    p.add_argument("--image-size", type=int, default=224, help="the exported model's input size (B4: 380)")
+    p.add_argument(
+        "--image-size", type=int, default=None, help="centre-crop size (default: the served model's input)"
+    )
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1, help="images per request")
     p.add_argument("--classes", default=None, help="text file with one class name per line (label order)")
     p.add_argument("--server-log", default=None, help="write tritonserver's output here")
     add_load_args(p)
     args = p.parse_args(argv)
+    from zoo.imagenet_loaders import DataError, one_line  # after parsing: they load torch
+
     try:
         images = collect_images(args.images)
         names = pathlib.Path(args.classes).read_text().split() if args.classes else None

@@ -155,7 +155,8 @@ def test_deploy_load_mode_prints_a_table_without_errors(tmp_path, python_reposit
         "--repository",
         str(python_repository),
     ]
-    command += ["--image-size", str(SIZE), "--concurrency", "1,2", "--requests", "8", *map(str, images)]
+    # no --image-size: the deploy reads the served model's input size
+    command += ["--concurrency", "1,2", "--requests", "8", *map(str, images)]
     result = subprocess.run(
         command, capture_output=True, text=True, timeout=300, env=model_env(PYTHON=sys.executable)
     )
@@ -169,8 +170,7 @@ def test_deploy_load_mode_prints_a_table_without_errors(tmp_path, python_reposit
     assert all(float(row[3]) > 0 and 0 < float(row[4]) <= float(row[5]) for row in rows), result.stdout
 
     # a request the model cannot take (images of the wrong size) fails every request: exit 1, one line
-    wrong = command[:]
-    wrong[wrong.index("--image-size") + 1] = str(SIZE + 8)
+    wrong = [*command[:4], "--image-size", str(SIZE + 8), *command[4:]]
     failed = subprocess.run(
         wrong, capture_output=True, text=True, timeout=300, env=model_env(PYTHON=sys.executable)
     )
