@@ -4,6 +4,7 @@ the data-preparation command line both BERTs' ``scripts/download_data.sh`` run::
     python -m zoo.data.bert_prepare wikipedia --data-dir D   # download and extract a Wikipedia dump
     python -m zoo.data.bert_prepare vocab --data-dir D       # bert-large-uncased vocab.txt, or --train one
     python -m zoo.data.bert_prepare squad --data-dir D       # SQuAD v1.1 train and dev
+    python -m zoo.data.bert_prepare squad --from-text TEXT --data-dir D   # a small task made from text
     python -m zoo.data.bert_prepare prepare --input TEXT --vocab vocab.txt --data-dir D
 
 The samples (sequences, packing, masking) and the shard reader are zoo.data.bert's.
@@ -212,6 +213,17 @@ def main(argv=None) -> None:
 
     squad = sub.add_parser("squad", help="download SQuAD v1.1 train-v1.1.json and dev-v1.1.json")
     add_data_dir(squad, "train-v1.1.json and dev-v1.1.json")
+    squad.add_argument(
+        "--from-text",
+        nargs="+",
+        default=None,
+        metavar="TEXT",
+        help="instead of downloading, write a small task in SQuAD's format from these text files or "
+        "directories: each question asks for its paragraph's first word (a tiny model learns it on a CPU)",
+    )
+    squad.add_argument(
+        "--questions", type=int, default=96, help="--from-text: training questions (dev: a quarter as many)"
+    )
 
     prep = sub.add_parser("prepare", help="text -> sharded, packed, (statically) masked samples")
     prep.add_argument("--input", nargs="+", required=True, help="text files or directories")
@@ -294,9 +306,15 @@ def _wikipedia(args) -> None:
 
 
 def _squad(args) -> None:
-    from zoo.data.squad import SQUAD_URLS
+    from zoo.data.squad import SQUAD_URLS, write_first_word_task
     from zoo.io import download
 
+    if args.from_text:
+        train, dev = write_first_word_task(args.from_text, args.data_dir, questions=args.questions)
+        print(
+            f"{train} and {dev}: questions asking for the first word of paragraphs of {' '.join(args.from_text)}"
+        )
+        return
     for name, url in SQUAD_URLS.items():
         print(download(url, dest=Path(args.data_dir) / name, progress=True))
 

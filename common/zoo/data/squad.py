@@ -288,6 +288,58 @@ def request_inputs(features, batch: int) -> list[dict]:
     return requests
 
 
+# --- a small task made from text ---------------------------------------------------------------
+
+
+def write_first_word_task(text_paths, out_dir: str | Path, *, questions: int = 96) -> tuple[Path, Path]:
+    """TRAIN_FILE and DEV_FILE in ``out_dir``: SQuAD v1.1 files whose every question asks for the first
+    word of its paragraph (two sentences of a document of ``text_paths``), ``questions`` for training
+    and a quarter as many, from other documents, for the dev set. A task a tiny model learns in a
+    minute on a CPU: what the quick starts fine-tune, evaluate and serve."""
+    from zoo.data.text import read_documents
+    from zoo.io import atomic_write
+
+    if questions < 4:
+        raise UserError(f"--questions {questions}: at least 4 (the dev set gets a quarter as many)")
+    dev_questions = questions // 4
+    paragraphs = []
+    for doc in read_documents(text_paths):
+        context = " ".join(doc[:2])
+        if len(doc) >= 2 and normalize_answer(context.split()[0]):
+            paragraphs.append(context)
+        if len(paragraphs) == questions + dev_questions:
+            break
+    if len(paragraphs) < questions + dev_questions:
+        raise UserError(
+            f"{' '.join(map(str, text_paths))} holds {len(paragraphs)} documents of two sentences or more: "
+            f"{questions + dev_questions} needed for --questions {questions}"
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, split, first in ((TRAIN_FILE, "train", 0), (DEV_FILE, "dev", questions)):
+        chosen = paragraphs[first : first + (questions if split == "train" else dev_questions)]
+        data = [
+            {
+                "context": context,
+                "qas": [
+                    {
+                        "id": f"{split}{i}",
+                        "question": "Which word opens the text?",
+                        "answers": [{"text": context.split()[0], "answer_start": 0}],
+                    }
+                ],
+            }
+            for i, context in enumerate(chosen)
+        ]
+        with atomic_write(out / name) as tmp:
+            tmp.write_text(
+                json.dumps({"version": "1.1", "data": [{"title": "first words", "paragraphs": data}]})
+            )
+        written.append(out / name)
+    return written[0], written[1]
+
+
 @entry_point
 def main(argv=None) -> None:
     import argparse

@@ -16,6 +16,7 @@ from zoo.data.squad import (
     make_features,
     normalize_answer,
     read_squad,
+    write_first_word_task,
 )
 from zoo.data.text import read_documents
 from zoo.data.wordpiece import load_tokenizer
@@ -110,6 +111,24 @@ def write_first_word_squad(path, english_text, n):
         )
     path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": paragraphs}]}))
     return path
+
+
+def test_the_task_made_from_text_is_squad_with_first_word_answers(tmp_path, english_text):
+    from zoo.data import bert_prepare
+
+    bert_prepare.main(
+        ["squad", "--from-text", str(english_text), "--questions", "8", "--data-dir", str(tmp_path)]
+    )
+    train, train_records = read_squad(tmp_path / "train-v1.1.json")
+    dev, _ = read_squad(tmp_path / "dev-v1.1.json")
+    assert (len(train), len(dev)) == (8, 2)
+    for example in train + dev:
+        assert example.answer_start == 0 and example.context.startswith(example.answer_text)
+        assert " " not in example.answer_text
+    assert not {e.context for e in train} & {e.context for e in dev}  # dev paragraphs are unseen
+    with pytest.raises(UserError, match="holds .* documents of two sentences or more: 1250 needed"):
+        write_first_word_task([english_text], tmp_path / "big", questions=1000)
+    assert not (tmp_path / "big").exists()
 
 
 def eval_records(results):
