@@ -7,6 +7,7 @@
 #   prepare --input TEXT... --vocab V --data-dir DIR [--max-seq 128|512] [--no-packing] [--nsp]
 #           [--masking dynamic|static]       tokenise, pack and shard samples (your own text files too)
 #   squad --data-dir DIR                     download SQuAD v1.1 train/dev JSON
+#   squad --from-text TEXT... --data-dir DIR a small SQuAD-format task from text (first-word questions)
 #   phase1 / phase2 --data-dir DIR           the whole chain for a phase: DIR/wikipedia, DIR/vocab, then
 #                                            DIR/phase1 or DIR/phase2 (what train.sh --data-dir reads)
 #
@@ -14,7 +15,7 @@
 set -euo pipefail
 PY="${PYTHON:-python}"
 if [[ $# -eq 0 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"   # the comment above
   echo "usage: download_data.sh {wikipedia,vocab,prepare,squad,phase1,phase2} --data-dir DIR [options]"
   exec "$PY" -m zoo.data.bert_prepare --help
 fi
