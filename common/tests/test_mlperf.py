@@ -283,7 +283,7 @@ def test_closed_division_without_the_benchmark_keys_fails(tmp_path):
 
 def test_lines_name_the_calling_code_and_echo_to_stdout(tmp_path, capsys):
     log = tmp_path / "mlperf.log"
-    with MLPerfLogger(log, "bert", platform="2xNVIDIA H200") as mlperf:
+    with MLPerfLogger(log, "bert", platform="2xNVIDIA H200", stdout=True) as mlperf:
         mlperf.eval_accuracy(np.float32(0.5), 3, samples=1536)
     lines = log.read_text().splitlines()
     assert all(line.startswith(":::MLLOG {") for line in lines)
@@ -303,7 +303,20 @@ def test_lines_name_the_calling_code_and_echo_to_stdout(tmp_path, capsys):
     assert accuracy["metadata"]["file"] == __file__
     assert records[0]["metadata"]["file"] == __file__  # the constructor's caller, not zoo/mlperf.py
     assert capsys.readouterr().out.splitlines() == lines
+
     assert logged_benchmark(log) == "bert"
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_console_gets_mllog_lines_only_when_verbose(tmp_path, capsys, monkeypatch, verbose):
+    """The default follows zoo.console (a script's --verbose): the file always, stdout only when verbose."""
+    monkeypatch.setattr("zoo.console._verbose", verbose)
+    log = tmp_path / "mlperf.log"
+    with MLPerfLogger(log, "resnet", platform="cpu") as mlperf:
+        mlperf.seed(1)
+    lines = log.read_text().splitlines()
+    assert len(lines) == 6 and all(line.startswith(":::MLLOG {") for line in lines)
+    assert capsys.readouterr().out.splitlines() == (lines if verbose else [])
 
 
 def test_an_exception_after_run_start_logs_an_aborted_run_stop(tmp_path):

@@ -77,7 +77,17 @@ def add_run_args(
         )
     if resume:
         parser.add_argument("--resume", default=None, metavar="{auto,PATH,none}", help=RESUME_HELP)
+    add_verbose_arg(parser)
     return parser
+
+
+def add_verbose_arg(parser: argparse.ArgumentParser) -> None:
+    """``--verbose``: MLPerf lines and third-party warnings on the console too (zoo.console)."""
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print MLPerf :::MLLOG lines and the frameworks' warnings (default: the log files only)",
+    )
 
 
 class _GivenRecipe(argparse.Action):
@@ -113,10 +123,16 @@ def reject_renamed(argv, renamed: dict | None = None) -> None:
 
 
 def parse_args(parser: argparse.ArgumentParser, argv=None, *, renamed: dict | None = None):
-    """``parser.parse_args`` after :func:`reject_renamed`."""
+    """``parser.parse_args`` after :func:`reject_renamed`; a parser with ``--verbose`` sets the console
+    (``zoo.console.configure``: quiet unless ``--verbose``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     reject_renamed(argv, renamed)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if hasattr(args, "verbose"):
+        from zoo.console import configure
+
+        configure(args.verbose)
+    return args
 
 
 # Flags every training entry point may offer, and the run: key each one sets (zoo.recipe.RUN_KEYS).

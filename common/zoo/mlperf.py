@@ -1,7 +1,8 @@
 """MLPerf training logs through ``mlperf_logging.mllog``, and the compliance checker that verifies them.
 
 One logger per run, on the primary rank only; it writes ``:::MLLOG {...}`` lines to ``path`` (appended:
-give every run its own file, the checker accepts one run per file) and to stdout::
+give every run its own file, the checker accepts one run per file), and to stdout only where the script
+runs with ``--verbose`` (``zoo.console``)::
 
     from zoo.mlperf import MLPerfLogger, check_log
 
@@ -120,7 +121,8 @@ class MLPerfComplianceError(Exception):
 
 
 class MLPerfLogger:
-    """Writes one run's MLPerf events through ``mllog`` to ``path`` (appended) and stdout.
+    """Writes one run's MLPerf events through ``mllog`` to ``path`` (appended), and to stdout where
+    ``stdout`` is True (default: ``zoo.console.verbose()``, the script's ``--verbose``).
 
     ``benchmark`` is a key of RULESETS; ``division`` "open" (default) or "closed"; ``platform``
     defaults to the GPUs found (e.g. "8xNVIDIA H100 80GB HBM3"), else "cpu". Every method's
@@ -138,7 +140,7 @@ class MLPerfLogger:
         org: str = "zoo",
         platform: str | None = None,
         status: str = "onprem",
-        stdout: bool = True,
+        stdout: bool | None = None,
     ):
         if benchmark not in RULESETS:
             raise UserError(f"MLPerf benchmark {benchmark!r} is not one of {', '.join(RULESETS)}")
@@ -165,6 +167,10 @@ class MLPerfLogger:
         if self.path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             logger.addHandler(logging.FileHandler(self.path, mode="a", encoding="utf-8"))
+        if stdout is None:
+            from zoo.console import verbose
+
+            stdout = verbose()
         if stdout:
             logger.addHandler(logging.StreamHandler(sys.stdout))
         self._mllogger = MLLogger(logger=logger, default_stack_offset=_STACK_OFFSET)

@@ -173,6 +173,7 @@ def main(argv=None) -> dict:
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
     from zoo.recipe import run_config
+    from zoo.retention import improves
     from zoo.rng import rng_state, set_rng_state
     from zoo.torch import (
         SHARDED_CHECKPOINT_NAME,
@@ -225,7 +226,7 @@ def main(argv=None) -> dict:
     async_group = writer_group(recipe, env.world_size)
     pending = []  # the checkpoint still being written in the background (checkpoint.async)
 
-    def save_checkpoint():
+    def save_checkpoint(best: bool = False):  # best: the evaluation just done beat the earlier ones
         finish_writing(pending)
         rngs = gather_objects(rng_state(), env.world_size)
         fields = {"scheduler": step.scheduler.state_dict(), "scaler": step.scaler.state_dict()}
@@ -238,7 +239,12 @@ def main(argv=None) -> dict:
             "world": env.world_size,
         }
         written = save_training_checkpoint_sharded(
-            results / SHARDED_CHECKPOINT_NAME, step.state_dicts(), state, async_group=async_group
+            results / SHARDED_CHECKPOINT_NAME,
+            step.state_dicts(),
+            state,
+            async_group=async_group,
+            keep=run.keep_checkpoints,
+            mark_best=best,
         )
         pending.extend([written] if written is not None else [])
 
@@ -253,7 +259,6 @@ def main(argv=None) -> dict:
             benchmark,
             division=recipe["mlperf"]["division"],
             enabled=env.is_primary,
-            stdout=False,
         ) as mlperf,
         MetricsLogger(results / "metrics.jsonl", enabled=env.is_primary) as logger,
     ):
@@ -271,7 +276,7 @@ def main(argv=None) -> dict:
             if args.exit_after_steps is not None and position["step"] >= args.exit_after_steps:
                 os._exit(137)  # tests: a run killed here loses the steps since its last checkpoint
             last = position["step"] >= run.steps
-            reached = False
+            reached = improved = False
             if eval_set is not None and (
                 last or (run.eval_every and run.eval_every.due(0, position["step"]))
             ):
@@ -289,11 +294,19 @@ def main(argv=None) -> dict:
                 mlperf.eval_stop(stretch, samples=position["samples"])
                 mlperf.eval_accuracy(metrics["log_perplexity"], stretch, samples=position["samples"])
                 logger.log(position["step"], metrics, phase="eval")
+                improved = improves(
+                    "log_perplexity", metrics["log_perplexity"], position["best"]["log_perplexity"]
+                )
                 best = min(position["best"]["log_perplexity"], metrics["log_perplexity"])
                 position["best"] = {"log_perplexity": best}
                 reached = run.target.reached(metrics["log_perplexity"])
-            if last or reached or (run.checkpoint_every and run.checkpoint_every.due(0, position["step"])):
-                save_checkpoint()
+            if (
+                last
+                or reached
+                or improved
+                or (run.checkpoint_every and run.checkpoint_every.due(0, position["step"]))
+            ):
+                save_checkpoint(best=improved)
             if reached:
                 status = "success"
                 break

@@ -98,6 +98,11 @@ def prepared_data(args, recipe: dict, results: pathlib.Path, env) -> pathlib.Pat
     return data_dir
 
 
+def tokenizer_fields(tokenizer) -> dict:
+    """The SentencePiece model and its size, in model.pt and in every training checkpoint."""
+    return {"vocab_size": tokenizer.get_piece_size(), "tokenizer": tokenizer.serialized_model_proto()}
+
+
 def save_model(path, model, recipe: dict, tokenizer) -> None:
     """model.pt: the EMA weights, the SentencePiece model and what inference needs to rebuild the model."""
     from zoo.io import atomic_write
@@ -108,8 +113,7 @@ def save_model(path, model, recipe: dict, tokenizer) -> None:
         "model_recipe": recipe["model"],
         "features": recipe["features"],
         "eval": recipe["eval"],
-        "vocab_size": tokenizer.get_piece_size(),
-        "tokenizer": tokenizer.serialized_model_proto(),
+        **tokenizer_fields(tokenizer),
     }
     with atomic_write(path) as tmp:
         torch.save(state, tmp)
@@ -164,6 +168,7 @@ def main(argv=None) -> dict:
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
     from zoo.recipe import run_config
+    from zoo.retention import improves
     from zoo.rng import rng_state, set_rng_state
     from zoo.torch import (
         CHECKPOINT_NAME,
@@ -215,18 +220,27 @@ def main(argv=None) -> dict:
         position = {key: state[key] for key in position}
         set_rng_state(state["rng"][env.rank] if env.rank < len(state["rng"]) else state["rng"][0])
 
-    def save_checkpoint():
+    def save_checkpoint(best: bool = False):  # best: the evaluation just done beat the earlier ones
         rngs = gather_objects(rng_state(), env.world_size)
         if env.is_primary:
             save_training_checkpoint(
                 results / CHECKPOINT_NAME,
-                {"kind": TRAINING_KIND, **step.state_dict(), "rng": rngs, **position, "recipe": recipe},
+                {
+                    "kind": TRAINING_KIND,
+                    **step.state_dict(),
+                    "rng": rngs,
+                    **position,
+                    "recipe": recipe,
+                    **tokenizer_fields(tokenizer),
+                },  # evaluation reads a training checkpoint alone too
+                keep=run.keep_checkpoints,
+                mark_best=best,
             )
 
     metrics = None
     mlperf_path = log_path(results, resumed=resume_from is not None) if env.is_primary else None
     with (
-        MLPerfLogger(mlperf_path, "rnnt", enabled=env.is_primary, stdout=False) as mlperf,
+        MLPerfLogger(mlperf_path, "rnnt", enabled=env.is_primary) as mlperf,
         MetricsLogger(results / "metrics.jsonl", enabled=env.is_primary) as logger,
     ):
         log_mlperf_settings(mlperf, recipe, run, env.world_size, len(train_set), len(eval_set))
@@ -249,6 +263,7 @@ def main(argv=None) -> dict:
             mlperf.epoch_stop(epoch)
             position.update(epoch=epoch, step_in_epoch=0)
             last, reached = epoch == run.epochs, False
+            improved, best_before = False, position["best"]["wer"]
             if last or (run.eval_every and run.eval_every.due(epoch, position["step"])):
                 mlperf.eval_start(epoch)
                 metrics = evaluate(
@@ -269,12 +284,14 @@ def main(argv=None) -> dict:
                     print(f"epoch {epoch}: WER {metrics['wer']:.4f} on {data_cfg['eval_split']}", flush=True)
                 position["best"] = {"wer": min(position["best"]["wer"], metrics["wer"])}
                 reached = run.target.reached(metrics["wer"])
+                improved = improves("wer", metrics["wer"], best_before)
             if (
                 last
                 or reached
+                or improved
                 or (run.checkpoint_every and run.checkpoint_every.due(epoch, position["step"]))
             ):
-                save_checkpoint()
+                save_checkpoint(best=improved)
             if reached:
                 status = "success"
                 break

@@ -48,8 +48,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_run(run, recipe_path) -> None:
-    """The Transformer counts its run in epochs and evaluates at an epoch's end."""
+def check_run(run, recipe: dict, recipe_path) -> None:
+    """The Transformer counts its run in epochs and evaluates at an epoch's end; its position table
+    (``model.max_positions``) covers the longest sentence it trains on (``data.max_length``)."""
+    longest, positions = recipe["data"]["max_length"], recipe["model"]["max_positions"]
+    if longest is not None and longest > positions:
+        raise UserError(
+            f"data.max_length {longest} is longer than model.max_positions {positions}: "
+            f"the position table has no row for the last tokens ({recipe_path})"
+        )
     if run.epochs is None:
         raise UserError(
             f"run.steps: the Transformer's run is counted in epochs: set run.epochs ({recipe_path})"
@@ -87,6 +94,18 @@ def prepared_data(args, results: pathlib.Path, env) -> pathlib.Path:
     if env.world_size > 1:
         dist.barrier()
     return data_dir
+
+
+def read_data(data_dir: pathlib.Path, recipe: dict) -> tuple:
+    """(tokenizer, the train split's Pairs, the sentence count of the evaluation split) of ``data_dir``,
+    checked (transformer.data.read_shard) before a run writes anything."""
+    tokenizer = load_tokenizer(data_dir)
+    train_set = Pairs(data_dir, "train", recipe["data"]["max_length"], tokenizer.get_vocab_size())
+    langs, eval_split = recipe["data"]["langs"], recipe["eval"]["split"]
+    eval_size = len(
+        read_parallel(data_dir / f"{eval_split}.{langs[0]}", data_dir / f"{eval_split}.{langs[1]}")[0]
+    )
+    return tokenizer, train_set, eval_size
 
 
 def save_model(path, model, recipe: dict, vocab_size: int) -> None:
@@ -147,6 +166,7 @@ def main(argv=None) -> dict:
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
     from zoo.recipe import run_config
+    from zoo.retention import improves
     from zoo.rng import rng_state, set_rng_state
     from zoo.torch import (
         CHECKPOINT_NAME,
@@ -162,49 +182,48 @@ def main(argv=None) -> dict:
     args = parse_args(build_parser(), argv)
     recipe = recipe_from_args(args)
     run = run_config(recipe, args.recipe)
-    check_run(run, args.recipe)
+    check_run(run, recipe, args.recipe)
     results = pathlib.Path(args.results_dir)
     resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
     # Everything a run reads is checked before it writes anything into the results folder.
     state = read_training_checkpoint(resume_from) if resume_from is not None else None
+    data = None
     if not args.synthetic:
         if not args.data_dir:
             raise UserError("pass --data-dir (or set DATA_DIR), or --synthetic")
         if not pathlib.Path(args.data_dir).is_dir():
             raise UserError(f"data dir {args.data_dir} does not exist")
-        load_tokenizer(args.data_dir)
+        data = read_data(pathlib.Path(args.data_dir), recipe)
     env, device = init_distributed(args.device)
     fast_math(device)
     results.mkdir(parents=True, exist_ok=True)
     data_dir = prepared_data(args, results, env)
-    tokenizer = load_tokenizer(data_dir)
+    tokenizer, train_set, eval_size = data or read_data(data_dir, recipe)
+    eval_split = recipe["eval"]["split"]
     seed_everything(run.seed)
 
     model = build_model(recipe["model"], tokenizer.get_vocab_size()).to(device)
     step = TrainStep(model, recipe, device, world_size=env.world_size)
-    train_set = Pairs(data_dir, "train", recipe["data"]["max_length"])
-    langs, eval_split = recipe["data"]["langs"], recipe["eval"]["split"]
-    eval_size = len(
-        read_parallel(data_dir / f"{eval_split}.{langs[0]}", data_dir / f"{eval_split}.{langs[1]}")[0]
-    )
     position = {"epoch": 0, "step": 0, "step_in_epoch": 0, "best": {"bleu": 0.0}}
     if state is not None:
         step.load_state_dict(state, resume_from)
         position = {key: state[key] for key in position}
         set_rng_state(state["rng"][env.rank] if env.rank < len(state["rng"]) else state["rng"][0])
 
-    def save_checkpoint():
+    def save_checkpoint(best: bool = False):  # best: the evaluation just done beat the earlier ones
         rngs = gather_objects(rng_state(), env.world_size)
         if env.is_primary:
             save_training_checkpoint(
                 results / CHECKPOINT_NAME,
                 {"kind": TRAINING_KIND, **step.state_dict(), "rng": rngs, **position, "recipe": recipe},
+                keep=run.keep_checkpoints,
+                mark_best=best,
             )
 
     metrics = signature = None
     mlperf_path = log_path(results, resumed=resume_from is not None) if env.is_primary else None
     with (
-        MLPerfLogger(mlperf_path, "transformer", enabled=env.is_primary, stdout=False) as mlperf,
+        MLPerfLogger(mlperf_path, "transformer", enabled=env.is_primary) as mlperf,
         MetricsLogger(results / "metrics.jsonl", enabled=env.is_primary) as logger,
     ):
         log_mlperf_settings(mlperf, recipe, run, env.world_size, len(train_set), eval_size)
@@ -227,6 +246,7 @@ def main(argv=None) -> dict:
             position.update(epoch=epoch, step_in_epoch=0)
             last = epoch == run.epochs
             reached = False
+            improved, best_before = False, position["best"]["bleu"]
             if last or (run.eval_every and run.eval_every.due(epoch, position["step"])):
                 mlperf.eval_start(epoch)
                 metrics = signature = None
@@ -242,8 +262,14 @@ def main(argv=None) -> dict:
                     )
                 position["best"] = {"bleu": max(position["best"]["bleu"], metrics["bleu"])}
                 reached = run.target.reached(metrics["bleu"])
-            if last or reached or saves_at_epoch_end(run.checkpoint_every, epoch, position["step"]):
-                save_checkpoint()
+                improved = improves("bleu", metrics["bleu"], best_before)
+            if (
+                last
+                or reached
+                or improved
+                or saves_at_epoch_end(run.checkpoint_every, epoch, position["step"])
+            ):
+                save_checkpoint(best=improved)
                 keep = int(recipe["train"]["keep_checkpoints"])
                 if keep and env.is_primary:
                     keep_epoch_copy(results, epoch, keep)
