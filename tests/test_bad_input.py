@@ -5,7 +5,8 @@ runs them (``scripts/*.sh`` in the model's venv) on inputs they must refuse. Eac
 - a last non-empty stderr line that names the problem (the row's ``expect`` substring),
 - no "Traceback" anywhere in the output,
 - nothing created, changed or removed in the results directory, the checkpoint cache, the working
-  directory or the data the row reads (file names, sizes and mtimes before and after).
+  directory or the data the row reads (file names, sizes and mtimes before and after; folders by
+  name, so a folder a run made and removed again leaves its parent as it was).
 
 A row's arguments may name these placeholders (filled in per row, see ``_paths``):
 
@@ -22,7 +23,12 @@ A row's arguments may name these placeholders (filled in per row, see ``_paths``
                 once per session; {mx_truncated} {tf_truncated} {tf_missing_shard} {tf_five_classes}
                 damaged copies (see _damaged_copies)
     {bert_vocab} {bert_data} {bert_truncated} {squad} {squad_no_answer} {squad_past_context}
-    {wiki_unfinished}   BERT's (see BERT_FIXTURES)
+    {wiki_unfinished}   BERT's (see BERT_FIXTURES); {bert_ids_beyond_vocab} {bert_lying_metadata}
+                {bert_metadata_not_json} damaged copies of {bert_data} (see _damaged_copies)
+    {tf_r50_cut_checkpoint} {tf_bert_cut_checkpoint} {mx_cut_states}   results directories whose
+                training checkpoint lost the second half of a file (see TF_FIXTURES, MX_FIXTURES)
+    {pulls}     registries (hdf5.yaml, savedmodel.yaml, mxnet-params.yaml) naming one digestless
+                entry ``cut`` each, served from 127.0.0.1 cut in half (see pull_server)
 
 Every model directory has rows (tests/test_contract.py fails one without them); they live in
 ``tests/bad_input_rows/<framework>_<model>.py``, one module per model, and a new model adds its own. Rows run in parallel on a few threads, each with its own sandbox.
@@ -113,6 +119,115 @@ wiki.mkdir()
 """
 
 
+# The TensorFlow models' training checkpoints (zoo.tf's layout, state.json naming the model) whose
+# variables' data file lost its second half; an HDF5 file and a SavedModel tarball cut the same way.
+TF_FIXTURES = r"""
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import h5py
+import numpy as np
+import tensorflow as tf
+
+root = Path(sys.argv[1])
+def cut_in_half(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+states = {
+    "tf_r50_cut_checkpoint": {"name": "resnet50_tf", "num_classes": 10, "image_size": 32},
+    "tf_bert_cut_checkpoint": {"name": "TensorFlow BERT", "task": "pretraining", "config": {}, "nsp": False},
+}
+for folder, state in states.items():
+    step = root / folder / "checkpoint" / "step-1"
+    step.mkdir(parents=True)
+    tf.train.Checkpoint(weights=tf.Variable(np.ones((64, 64), np.float32))).write(str(step / "variables"))
+    (step / "state.json").write_text(json.dumps({**state, "step": 1, "epoch": 1, "recipe": {}}))
+    (step.parent / "latest.json").write_text(json.dumps({"folder": "step-1", "kept": ["step-1"]}))
+    cut_in_half(step / "variables.data-00000-of-00001")
+
+pulls = root / "pulls"
+pulls.mkdir(exist_ok=True)
+with h5py.File(pulls / "cut.h5", "w") as f:
+    f["weights"] = np.ones(4096, np.float32)
+buffer = io.BytesIO()
+with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+    info = tarfile.TarInfo("saved_model/variables/variables.data-00000-of-00001")
+    payload = np.random.default_rng(0).bytes(16384)
+    info.size = len(payload)
+    archive.addfile(info, io.BytesIO(payload))
+(pulls / "cut.tar.gz").write_bytes(buffer.getvalue())
+for name in ("cut.h5", "cut.tar.gz"):
+    cut_in_half(pulls / name)
+"""
+
+
+# MXNet ResNet-50's training checkpoint whose trainer.states lost its second half, and a .params file
+# cut the same way.
+MX_FIXTURES = r"""
+import json
+import sys
+from pathlib import Path
+
+import mxnet as mx
+
+root = Path(sys.argv[1])
+def cut_in_half(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+step = root / "mx_cut_states" / "checkpoint" / "step-1"
+step.mkdir(parents=True)
+net = mx.gluon.nn.Dense(3, in_units=4)
+net.initialize()
+trainer = mx.gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+with mx.autograd.record():
+    loss = net(mx.nd.ones((2, 4))).sum()
+loss.backward()
+trainer.step(2)
+net.save_parameters(str(step / "model.params"))
+trainer.save_states(str(step / "trainer.states"))
+state = {"name": "resnet50_mx", "step": 1, "epoch": 1, "recipe": {}}
+(step / "state.json").write_text(json.dumps(state))
+(step.parent / "latest.json").write_text(json.dumps({"folder": "step-1", "kept": ["step-1"]}))
+cut_in_half(step / "trainer.states")
+(root / "pulls").mkdir(exist_ok=True)
+mx.nd.save(str(root / "pulls" / "cut.params"), {"arg:weights": mx.nd.ones((64, 64))})
+cut_in_half(root / "pulls" / "cut.params")
+"""
+
+
+@pytest.fixture(scope="session")
+def pull_server(tmp_path_factory):
+    """(folder, URL): an HTTP server on 127.0.0.1 serving the folder's files as they are (TF_FIXTURES and
+    MX_FIXTURES put cut files there)."""
+    import functools
+    import http.server
+    import threading
+
+    folder = tmp_path_factory.mktemp("pulls_served")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield folder, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def _pull_registries(pulls: Path, served: Path, url: str) -> None:
+    """Move the cut files to the server's folder; one registry per format, each naming its file ``cut``."""
+    formats = {"cut.h5": "hdf5", "cut.tar.gz": "savedmodel", "cut.params": "mxnet-params"}
+    for file_name, file_format in formats.items():
+        (pulls / file_name).replace(served / file_name)
+        (pulls / f"{file_format}.yaml").write_text(
+            "checkpoints:\n"
+            f"  - {{name: cut, url: '{url}/{file_name}', sha256: null, size: null, format: {file_format},"
+            " framework: none, model: none}\n"
+        )
+
+
 def _damaged_copies(root: Path) -> None:
     """Copies of the MXNet and TensorFlow digits with one fault each (their manifest.json kept: it no
     longer matches the damaged file)."""
@@ -133,11 +248,28 @@ def _damaged_copies(root: Path) -> None:
     dataset = json.loads(listing.read_text())
     dataset["classes"] = dataset["classes"][:5]
     listing.write_text(json.dumps(dataset))
+    # BERT: a shard holding a token id past the vocabulary; a metadata.json naming a vocabulary smaller
+    # than the one the shards were made with; a metadata.json that is not JSON
+    import numpy as np
+
+    shutil.copytree(root / "bert_data", root / "bert_ids_beyond_vocab")
+    meta = json.loads((root / "bert_data" / "metadata.json").read_text())
+    shard = root / "bert_ids_beyond_vocab" / meta["shards"][0]["file"]
+    with np.load(shard) as f:
+        arrays = {name: f[name] for name in f.files}
+    arrays["input_ids"][0, 1] = meta["specials"]["vocab_size"] + 7
+    with open(shard, "wb") as f:
+        np.savez(f, **arrays)
+    shutil.copytree(root / "bert_data", root / "bert_lying_metadata")
+    meta["vocab_size"] = meta["specials"]["vocab_size"] = 50
+    (root / "bert_lying_metadata" / "metadata.json").write_text(json.dumps(meta))
+    shutil.copytree(root / "bert_data", root / "bert_metadata_not_json")
+    (root / "bert_metadata_not_json" / "metadata.json").write_text('{"format": "zoo-bert-pretraining/v1",')
 
 
 @pytest.fixture(scope="session")
-def fixtures(tmp_path_factory) -> dict[str, Path]:
-    """{placeholder: path} of the files and datasets rows read, made by four processes side by side."""
+def fixtures(tmp_path_factory, pull_server) -> dict[str, Path]:
+    """{placeholder: path} of the files and datasets rows read, made by six processes side by side."""
     root = tmp_path_factory.mktemp("bad_input_fixtures")
     torch_python = str(venv_bin(ROOT / MASKRCNN) / "python")
     models = [str(ROOT / m) for m in (MASKRCNN, TRANSFORMER, DLRM)]
@@ -148,6 +280,8 @@ def fixtures(tmp_path_factory) -> dict[str, Path]:
     commands = [
         ([torch_python, "-c", FIXTURES, str(root), *models], model_env(ROOT / MASKRCNN)),
         ([torch_python, "-c", BERT_FIXTURES, str(root)], model_env(ROOT / BERT)),
+        ([str(venv_bin(ROOT / TF_R50) / "python"), "-c", TF_FIXTURES, str(root)], model_env(ROOT / TF_R50)),
+        ([str(venv_bin(ROOT / MX_R50) / "python"), "-c", MX_FIXTURES, str(root)], model_env(ROOT / MX_R50)),
         *[
             (["bash", str(ROOT / model / "scripts" / "download_data.sh"), *args], model_env(ROOT / model))
             for model, args in digits.items()
@@ -161,7 +295,10 @@ def fixtures(tmp_path_factory) -> dict[str, Path]:
         _, stderr = maker.communicate(timeout=300)
         assert maker.returncode == 0, f"{maker.args}: {stderr[-3000:]}"
     _damaged_copies(root)
+    _pull_registries(root / "pulls", *pull_server)
     names = ["coco", "numbers", "criteo", "bert_data", "bert_truncated", "squad", "squad_no_answer"]
+    names += ["bert_ids_beyond_vocab", "bert_lying_metadata", "bert_metadata_not_json", "pulls"]
+    names += ["tf_r50_cut_checkpoint", "tf_bert_cut_checkpoint", "mx_cut_states"]
     names += ["squad_past_context", "wiki_unfinished", "mx_digits", "mx_truncated", "tf_digits"]
     names += ["tf_truncated", "tf_missing_shard", "tf_five_classes"]
     return {
@@ -173,7 +310,7 @@ def fixtures(tmp_path_factory) -> dict[str, Path]:
 
 
 def snapshot(paths) -> dict:
-    """{path: (size, mtime_ns)} of every file and folder under ``paths`` (a folder's size is None)."""
+    """{path: (size, mtime_ns)} of every file under ``paths``, {path: (None, None)} of every folder."""
     seen = {}
     for top in paths:
         top = Path(top)
@@ -184,7 +321,8 @@ def snapshot(paths) -> dict:
                 stat = path.lstat()
             except FileNotFoundError:  # removed while the folder was listed
                 continue
-            seen[str(path)] = (None if path.is_dir() else stat.st_size, stat.st_mtime_ns)
+            # a folder by its existence: one whose entries were made and removed again is as it was
+            seen[str(path)] = (None, None) if path.is_dir() else (stat.st_size, stat.st_mtime_ns)
     return seen
 
 

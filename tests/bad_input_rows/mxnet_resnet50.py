@@ -151,4 +151,33 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    # a negative GPU count, no decoding threads, a training checkpoint cut short, a pull cut short
+    *rows_for(
+        MX_R50,
+        "train.sh",
+        [
+            ("gpus-negative", [*MX_R50_TRAIN, "--synthetic", "--gpus", "-1"], "--gpus -1: a GPU count"),
+            (
+                "data-threads-0",
+                [*MX_R50_TRAIN, "--synthetic", "--set", "data.threads=0"],
+                "data.threads must be a positive integer",
+            ),
+            (
+                "resume-cut-states",
+                [*MX_R50_TRAIN, "--synthetic", "--resume", "{mx_cut_states}"],
+                "is cut short or damaged (trainer.states: ",
+            ),
+        ],
+    ),
+    *rows_for(
+        MX_R50,
+        "download_checkpoint.sh",
+        [
+            (
+                "pull-cut-params",
+                ["pull", "cut", "--registry", "{pulls}/mxnet-params.yaml", "--cache-dir", "{cache}"],
+                ("cut.params", "an MXNet NDArray file cut short", "nothing was written"),
+            )
+        ],
+    ),
 ]

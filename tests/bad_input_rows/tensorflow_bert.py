@@ -103,4 +103,87 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    # a training checkpoint cut short, at every entry point that reads one; damaged data; a pull cut short
+    *rows_for(
+        TF_BERT,
+        "train.sh",
+        [
+            (
+                "resume-cut-checkpoint",
+                [*TF_BERT_TRAIN, "--synthetic", "--resume", "{tf_bert_cut_checkpoint}"],
+                ("is cut short or damaged: variables.data-00000-of-00001 has", "its index places"),
+            ),
+            (
+                "init-cut-checkpoint",
+                [*TF_BERT_TRAIN, "--synthetic", "--init-checkpoint", "{tf_bert_cut_checkpoint}"],
+                ("--init-checkpoint", "is cut short or damaged"),
+            ),
+            (
+                "squad-init-cut-checkpoint",
+                ["squad", *TF_BERT_SQUAD, "--data-dir", "{squad}", "--do-train"]
+                + ["--init-checkpoint", "{tf_bert_cut_checkpoint}"],
+                "is cut short or damaged",
+            ),
+            (
+                "stop-after-0",
+                [*TF_BERT_TRAIN, "--synthetic", "--stop-after", "0"],
+                "--stop-after must be a positive integer",
+            ),
+            (
+                "shard-ids-beyond-vocab",
+                [*TF_BERT_TRAIN, "--max-seq", "128", "--data-dir", "{bert_ids_beyond_vocab}"],
+                ("is damaged (token id", "-token vocabulary metadata.json names"),
+            ),
+            (
+                "metadata-vocab-too-small",
+                [*TF_BERT_TRAIN, "--max-seq", "128", "--data-dir", "{bert_lying_metadata}"],
+                "beyond the 50-token vocabulary metadata.json names",
+            ),
+            (
+                "metadata-not-json",
+                [*TF_BERT_TRAIN, "--max-seq", "128", "--data-dir", "{bert_metadata_not_json}"],
+                "metadata.json is not a readable JSON file",
+            ),
+            (
+                "squad-binary-vocab",
+                ["squad", *TF_BERT_SQUAD[:2], "--vocab", "{foreign}", *TF_BERT_SQUAD[4:]]
+                + ["--data-dir", "{squad}", "--do-train"],
+                ("resnet18_checkpoint.pt", "is not a UTF-8 text file"),
+            ),
+        ],
+    ),
+    *rows_for(
+        TF_BERT,
+        "evaluate.sh",
+        [
+            (
+                "cut-checkpoint",
+                [*TF_BERT_SQUAD, "--data-dir", "{squad}", "--init-checkpoint", "{tf_bert_cut_checkpoint}"],
+                "is cut short or damaged",
+            )
+        ],
+    ),
+    *rows_for(
+        TF_BERT,
+        "export_triton.sh",
+        [
+            (
+                "cut-checkpoint",
+                ["--checkpoint", "{tf_bert_cut_checkpoint}", "--vocab", "{bert_vocab}"]
+                + ["--model-repository", "{results}/repo"],
+                "is cut short or damaged",
+            )
+        ],
+    ),
+    *rows_for(
+        TF_BERT,
+        "download_checkpoint.sh",
+        [
+            (
+                "pull-cut-savedmodel",
+                ["pull", "cut", "--registry", "{pulls}/savedmodel.yaml", "--cache-dir", "{cache}"],
+                ("cut.tar.gz", "a tar archive cut short", "nothing was written"),
+            )
+        ],
+    ),
 ]

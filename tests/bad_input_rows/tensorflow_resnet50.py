@@ -134,4 +134,54 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    # a training checkpoint cut short, at every entry point that reads one; a registry pull cut short
+    *rows_for(
+        TF_R50,
+        "train.sh",
+        [
+            (
+                "resume-cut-checkpoint",
+                [*TF_R50_TRAIN, "--synthetic", "--resume", "{tf_r50_cut_checkpoint}"],
+                ("is cut short or damaged: variables.data-00000-of-00001 has", "its index places"),
+            ),
+            (
+                "init-cut-checkpoint",
+                [*TF_R50_TRAIN, "--synthetic", "--init-checkpoint", "{tf_r50_cut_checkpoint}"],
+                ("--init-checkpoint", "is cut short or damaged"),
+            ),
+        ],
+    ),
+    *rows_for(
+        TF_R50,
+        "evaluate.sh",
+        [
+            (
+                "cut-checkpoint",
+                ["--checkpoint", "{tf_r50_cut_checkpoint}", "--data-dir", "{tf_digits}"],
+                "is cut short or damaged",
+            )
+        ],
+    ),
+    *rows_for(
+        TF_R50,
+        "export_triton.sh",
+        [
+            (
+                "cut-checkpoint",
+                ["--checkpoint", "{tf_r50_cut_checkpoint}", "--model-repository", "{results}/repo"],
+                "is cut short or damaged",
+            )
+        ],
+    ),
+    *rows_for(
+        TF_R50,
+        "download_checkpoint.sh",
+        [
+            (
+                "pull-cut-hdf5",
+                ["pull", "cut", "--registry", "{pulls}/hdf5.yaml", "--cache-dir", "{cache}"],
+                ("cut.h5", "shorter than the", "its HDF5 superblock names", "nothing was written"),
+            )
+        ],
+    ),
 ]
