@@ -73,8 +73,39 @@ def check_annotation(path, ann: dict, images: dict, categories: set) -> None:
                 path,
                 f"annotation {aid} (image {img['id']}) has an RLE of size {seg.get('size')}, image is {h}x{w}",
             )
+        runs = rle_runs(seg["counts"])
+        # pycocotools decodes runs that do not cover the image exactly into uninitialised memory
+        if runs is None or min(runs, default=0) < 0 or sum(runs) != h * w:
+            fail(
+                path,
+                f"annotation {aid} (image {img['id']}) has an invalid RLE (its runs do not cover {h}x{w})",
+            )
     else:
         fail(path, f"annotation {aid} (image {img['id']}) has a segmentation of type {type(seg).__name__}")
+
+
+def rle_runs(counts) -> list[int] | None:
+    """The run lengths of an RLE's ``counts``: a list of integers as it is, or COCO's compressed string
+    (six bits a character from "0", five of them value, the sixth "more follows"; runs after the second
+    are stored as the difference to the run two before). None where ``counts`` is neither."""
+    if isinstance(counts, list):
+        return counts if all(isinstance(c, int) and not isinstance(c, bool) for c in counts) else None
+    if not isinstance(counts, str):
+        return None
+    runs, value, shift = [], 0, 0
+    for char in counts:
+        code = ord(char) - 48
+        if not 0 <= code < 64:
+            return None
+        value |= (code & 0x1F) << shift
+        shift += 5
+        if code & 0x20:
+            continue
+        if code & 0x10:
+            value -= 1 << shift  # the last group's top bit is the sign
+        runs.append(value + (runs[-2] if len(runs) > 2 else 0))
+        value, shift = 0, 0
+    return runs if shift == 0 else None
 
 
 def decode_mask(seg, height: int, width: int) -> np.ndarray:

@@ -113,18 +113,18 @@ def train(a: argparse.Namespace) -> dict:
     env, device = init_distributed(a.device)
     if state is not None and env.is_primary:
         print(f"resuming from {resume_from} at epoch {state['epoch']}", file=sys.stderr)
+    # The data is read and checked before the first file is written: a bad annotation leaves nothing.
+    loaders = build_loaders(a, recipe, run, root, env, state)
     mlperf = zoo.coco.open_mlperf_log(
         results_dir, "maskrcnn", resumed=state is not None, env=env, seed=run.seed
     )
     with mlperf:
-        return train_run(a, recipe, run, root, env, device, state, mlperf, backbone_state)
+        return train_run(a, recipe, run, loaders, env, device, state, mlperf, backbone_state)
 
 
-def train_run(a, recipe: dict, run, root: Path, env, device, state, mlperf, backbone_state=None) -> dict:
-    """The run itself, inside ``mlperf``'s init_start ... run_stop; ``state`` a checkpoint to continue,
-    ``backbone_state`` trunk weights to start from (:func:`read_backbone`)."""
-    from zoo.log import MetricsLogger
-
+def build_loaders(a, recipe: dict, run, root: Path, env, state) -> tuple:
+    """(train loader, val loader, optimizer steps per epoch) of ``a``'s splits, checked against each
+    other and against ``state`` (a checkpoint to continue, or None)."""
     seed_everything(run.seed)
     shards = {"workers": recipe["data"]["workers"], "world_size": env.world_size, "rank": env.rank}
     train_paths = zoo.coco.split_paths(root, a.train_split)
@@ -145,7 +145,16 @@ def train_run(a, recipe: dict, run, root: Path, env, device, state, mlperf, back
     if state is not None and state["num_classes"] != dataset.num_classes:
         classes = state["num_classes"] - 1, dataset.num_classes - 1
         raise UserError(f"the checkpoint has {classes[0]} classes, {a.train_split} has {classes[1]}")
+    return train_loader, val_loader, steps_per_epoch
 
+
+def train_run(a, recipe: dict, run, loaders, env, device, state, mlperf, backbone_state=None) -> dict:
+    """The run itself, inside ``mlperf``'s init_start ... run_stop, over ``loaders`` (:func:`build_loaders`);
+    ``state`` a checkpoint to continue, ``backbone_state`` trunk weights to start from (:func:`read_backbone`)."""
+    from zoo.log import MetricsLogger
+
+    train_loader, val_loader, steps_per_epoch = loaders
+    dataset = train_loader.dataset
     model = model_from_recipe(recipe, dataset.num_classes)
     if backbone_state is not None:
         load_backbone_state(model, backbone_state)
@@ -186,6 +195,7 @@ def train_run(a, recipe: dict, run, root: Path, env, device, state, mlperf, back
         env=env,
         device=device,
         asynchronous=a.async_eval,
+        checkpoint=results_dir / CHECKPOINT_NAME,
     )
     losses, epoch = [], start_epoch
     mlperf.init_stop()
@@ -213,7 +223,10 @@ def train_run(a, recipe: dict, run, root: Path, env, device, state, mlperf, back
             }
             rngs = gather_objects(rng_state(), env.world_size)  # a collective: every rank takes part
             if env.is_primary:
-                save_training_checkpoint(results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs})
+                save_training_checkpoint(
+                    results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs}, keep=run.keep_checkpoints
+                )
+                evaluation.saved(epoch)  # a score of this epoch that beats the others copies it to best.pt
         if evaluation.due(epoch):
             evaluate(
                 model,

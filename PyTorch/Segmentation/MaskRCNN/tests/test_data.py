@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from maskrcnn.data import CocoInstances, GroupedBatchSampler, build_loader
+from maskrcnn.data import CocoInstances, GroupedBatchSampler, build_loader, rle_runs
 from maskrcnn.shapes import COLOURS, make_shapes_coco
 from PIL import Image
 from zoo.errors import UserError
@@ -77,6 +77,27 @@ def rle_of_other_size(data):
     data["annotations"][0]["segmentation"] = {"size": [10, 10], "counts": "abc"}
 
 
+INVALID_RLE = "annotation 1 (image 1) has an invalid RLE (its runs do not cover 64x64)"
+
+
+def rle_counts(data, counts):
+    data["annotations"][0]["segmentation"] = {"size": [64, 64], "counts": counts}
+
+
+def test_rle_runs_read_what_pycocotools_wrote():
+    from pycocotools import mask as mask_utils
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        h, w = rng.integers(1, 40, 2)
+        mask = (rng.random((h, w)) < rng.random()).astype(np.uint8)
+        counts = mask_utils.encode(np.asfortranarray(mask))["counts"].decode("ascii")
+        runs = rle_runs(counts)
+        column_major = np.concatenate([np.full(n, i % 2, np.uint8) for i, n in enumerate(runs)])
+        assert (column_major.reshape(w, h).T == mask).all()
+    assert rle_runs("0") == [0] and rle_runs("!!!") is None and rle_runs([3, 4]) == [3, 4]
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
@@ -85,6 +106,11 @@ def rle_of_other_size(data):
         (lambda d: d["annotations"][0].update(category_id=77), "annotation 1 has unknown category 77"),
         (lambda d: d["annotations"][0].update(image_id=99), "annotation 1 refers to unknown image 99"),
         (rle_of_other_size, "annotation 1 (image 1) has an RLE of size [10, 10], image is 64x64"),
+        (lambda d: rle_counts(d, "0"), INVALID_RLE),
+        (lambda d: rle_counts(d, "!!!"), INVALID_RLE),
+        (lambda d: rle_counts(d, [4000, 96, 1]), INVALID_RLE),
+        (lambda d: rle_counts(d, [4100, -4]), INVALID_RLE),
+        (lambda d: rle_counts(d, 4096), INVALID_RLE),
         (lambda d: d.pop("categories"), "no 'categories' list (not a COCO instances file)"),
     ],
 )
