@@ -20,7 +20,7 @@ import unicodedata
 
 import numpy as np
 import torch
-from zoo.errors import UserError
+from zoo.errors import UserError, one_line
 from zoo.io import atomic_write
 
 from transformer.model import BOS, EOS, PAD
@@ -33,13 +33,26 @@ META_FILE = "meta.json"
 LENGTH_MULTIPLE = 8
 
 
+def read_lines(path) -> list[str]:
+    """The lines of a UTF-8 text file; a missing file, or one that is not text (bytes that are not UTF-8,
+    NUL bytes: a shard, a checkpoint, an archive), ends in one line naming it."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"{path} is not UTF-8 text (byte {e.start}): give a file of sentences, one a line"
+        ) from None
+    if "\0" in text:
+        raise UserError(f"{path} holds NUL bytes, not text: give a file of sentences, one a line")
+    return text.splitlines()
+
+
 def read_parallel(src_path, tgt_path) -> tuple[list, list]:
-    """Lines of a parallel pair; a missing file or a line-count mismatch ends in one line."""
-    for path in (src_path, tgt_path):
-        if not pathlib.Path(path).is_file():
-            raise UserError(f"{path}: no such file")
-    src = pathlib.Path(src_path).read_text(encoding="utf-8").splitlines()
-    tgt = pathlib.Path(tgt_path).read_text(encoding="utf-8").splitlines()
+    """Lines of a parallel pair; a missing or binary file or a line-count mismatch ends in one line."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
     if len(src) != len(tgt):
         raise UserError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: not a parallel pair")
     return src, tgt
@@ -90,7 +103,10 @@ def load_tokenizer(data_dir):
     path = pathlib.Path(data_dir) / TOKENIZER_FILE
     if not path.is_file():
         raise UserError(f"{path}: no vocabulary; prepare the data with scripts/download_data.sh")
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
+        raise UserError(f"{path} is not a tokenizer file ({one_line(e)})") from None
 
 
 def encode_line(tokenizer, line: str) -> list:
@@ -175,9 +191,12 @@ def make_numbers(
 
 
 class Pairs:
-    """Every binarised pair of one split: ``src[i]``, ``tgt[i]`` as int64 arrays, lengths."""
+    """Every binarised pair of one split: ``src[i]``, ``tgt[i]`` as int64 arrays, lengths.
 
-    def __init__(self, data_dir, split: str, max_length: int | None = None):
+    With ``vocab_size`` every token id must be below it. A shard that cannot be read, offsets that do not
+    cut its tokens into sentences, or an id out of range end in one line naming the shard."""
+
+    def __init__(self, data_dir, split: str, max_length: int | None = None, vocab_size: int | None = None):
         shards = sorted(pathlib.Path(data_dir).glob(f"{split}.*.npz"))
         if not shards:
             raise UserError(
@@ -185,12 +204,11 @@ class Pairs:
             )
         self.src, self.tgt = [], []
         for shard in shards:
-            with np.load(shard) as arrays:
-                for side, out in (("src", self.src), ("tgt", self.tgt)):
-                    tokens, offsets = arrays[side], arrays[f"{side}_offsets"]
-                    out.extend(
-                        tokens[offsets[i] : offsets[i + 1]].astype(np.int64) for i in range(len(offsets) - 1)
-                    )
+            sides = read_shard(shard, vocab_size)
+            for (tokens, offsets), out in zip(sides, (self.src, self.tgt), strict=True):
+                out.extend(
+                    tokens[offsets[i] : offsets[i + 1]].astype(np.int64) for i in range(len(offsets) - 1)
+                )
         if max_length:
             keep = [
                 i
@@ -204,6 +222,42 @@ class Pairs:
 
     def __len__(self) -> int:
         return len(self.src)
+
+
+def read_shard(path, vocab_size: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """[(src tokens, src offsets), (tgt tokens, tgt offsets)] of one .npz shard, checked: offsets run from 0
+    to the end of their tokens without going back, both sides hold the same number of sentences, and
+    every id is below ``vocab_size`` (when given). A UserError naming the shard otherwise."""
+    import zipfile
+
+    names = ("src", "src_offsets", "tgt", "tgt_offsets")
+    try:
+        with np.load(path) as arrays:
+            missing = [name for name in names if name not in arrays.files]
+            if missing:
+                raise UserError(f"shard {path} has no {missing[0]!r} array: not a prepared Transformer shard")
+            sides = [(arrays[side], arrays[f"{side}_offsets"]) for side in ("src", "tgt")]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise UserError(f"shard {path} cannot be read ({one_line(e)}): prepare the data again") from None
+    for side, (tokens, offsets) in zip(("src", "tgt"), sides, strict=True):
+        if tokens.ndim != 1 or offsets.ndim != 1 or not len(offsets):
+            raise UserError(f"shard {path}: {side} and {side}_offsets must be flat arrays")
+        if offsets[0] != 0 or offsets[-1] != len(tokens) or (np.diff(offsets) < 0).any():
+            raise UserError(
+                f"shard {path}: {side}_offsets do not cut its {len(tokens)} tokens into sentences"
+            )
+        if len(tokens) and tokens.min() < 0:
+            raise UserError(f"shard {path}: {side} holds the negative token id {int(tokens.min())}")
+        if len(tokens) and vocab_size is not None and tokens.max() >= vocab_size:
+            raise UserError(
+                f"shard {path}: {side} token id {int(tokens.max())} is outside the vocabulary of {vocab_size} "
+                "(shards and tokenizer.json from different preparations?)"
+            )
+    if len(sides[0][1]) != len(sides[1][1]):
+        raise UserError(
+            f"shard {path}: {len(sides[0][1]) - 1} source but {len(sides[1][1]) - 1} target sentences"
+        )
+    return sides
 
 
 def token_batches(pairs: Pairs, max_tokens: int, *, seed: int, epoch: int, shuffle: bool = True) -> list:
