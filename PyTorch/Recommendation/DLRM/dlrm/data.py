@@ -14,9 +14,12 @@ import math
 import pathlib
 
 import numpy as np
-from zoo.errors import UserError
+from zoo.errors import UserError, one_line
 
 MAGIC = b"DLRMBIN1"
+META_FORMAT = "dlrm-bin-1"
+# Rows of a shard read at a time when its values are checked (40 columns x 4 bytes: 160 MiB).
+SCAN_ROWS = 1 << 20
 HEADER_BYTES = 32
 NUM_DENSE = 13
 NUM_CATEGORICAL = 26
@@ -70,33 +73,108 @@ def write_shard(path, labels: np.ndarray, dense: np.ndarray, categorical: np.nda
 
 
 def read_meta(data_dir) -> dict:
+    """The data folder's meta.json, checked: JSON of this format, ``num_dense`` a count, ``num_embeddings``
+    a list of positive table sizes; a UserError naming the file otherwise."""
     path = pathlib.Path(data_dir) / "meta.json"
     if not path.parent.is_dir():
         raise UserError(f"data dir {path.parent} does not exist")
     if not path.is_file():
         raise UserError(f"{path} not found: prepare the data with scripts/download_data.sh (or --synthetic)")
-    return json.loads(path.read_text())
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise UserError(f"{path} is not JSON ({one_line(e)}): prepare the data again") from None
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        raise UserError(f"{path} is not a {META_FORMAT} description: prepare the data again")
+    tables, dense = meta.get("num_embeddings"), meta.get("num_dense")
+    if not isinstance(tables, list) or not tables or not all(_is_count(rows, 1) for rows in tables):
+        raise UserError(f"{path}: num_embeddings must be a list of table sizes (positive integers)")
+    if not _is_count(dense, 0):
+        raise UserError(f"{path}: num_dense must be an integer >= 0, not {dense!r}")
+    return meta
+
+
+def _is_count(value, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def write_meta(data_dir, num_embeddings: list[int], **extra) -> None:
     from zoo.io import atomic_write
 
-    meta = {"format": "dlrm-bin-1", "num_dense": NUM_DENSE, "num_embeddings": list(num_embeddings), **extra}
+    meta = {"format": META_FORMAT, "num_dense": NUM_DENSE, "num_embeddings": list(num_embeddings), **extra}
     with atomic_write(pathlib.Path(data_dir) / "meta.json") as tmp:
         tmp.write_text(json.dumps(meta, indent=1) + "\n")
 
 
-class Split:
-    """The shards of one split; ``batch(start, stop)`` returns rows [start, stop) as numpy arrays."""
+def values_problem(shard: Shard) -> str | None:
+    """What is wrong with the values of ``shard`` (a label other than 0 or 1, a dense feature that is not
+    finite, a negative categorical id), naming the first bad row; None when nothing is. Reads the shard
+    in blocks of SCAN_ROWS rows."""
+    for start in range(0, shard.rows, SCAN_ROWS):
+        stop = min(start + SCAN_ROWS, shard.rows)
+        labels = np.asarray(shard.labels[start:stop])
+        bad = (labels != 0) & (labels != 1)
+        if bad.any():
+            row = int(np.argmax(bad))
+            return f"row {start + row} has the label {labels[row]:g} (labels are 0 or 1)"
+        finite = np.isfinite(shard.dense[start:stop]).all(axis=1)
+        if not finite.all():
+            return f"row {start + int(np.argmin(finite))} has a dense feature that is not a finite number"
+        negative = (shard.categorical[start:stop] < 0).any(axis=1)
+        if negative.any():
+            return f"row {start + int(np.argmax(negative))} has a negative categorical id"
+    return None
 
-    def __init__(self, data_dir, split: str):
+
+def record_checked_shards(data_dir) -> None:
+    """Enter every shard of ``data_dir`` in its manifest.json as checked (:func:`values_problem` found
+    nothing): training and evaluation then trust them while they stay unchanged, instead of reading
+    every row before each run. Called by the preparation that wrote them."""
+    from zoo.manifest import DataManifest
+
+    manifest = DataManifest.read(data_dir)
+    for path in sorted(pathlib.Path(data_dir).glob("*/part-*.bin")):
+        shard = Shard(path)
+        problem = values_problem(shard)
+        if problem:
+            raise UserError(f"{path}: {problem}")
+        manifest.record(path, rows=shard.rows, values="checked")
+    manifest.write()
+
+
+class Split:
+    """The shards of one split; ``batch(start, stop)`` returns rows [start, stop) as numpy arrays.
+
+    With ``meta`` (:func:`read_meta`) each shard must have the columns it names, and its values must pass
+    :func:`values_problem` unless the data folder's manifest vouches for the unchanged shard: a UserError
+    naming the shard otherwise, before a run writes anything."""
+
+    def __init__(self, data_dir, split: str, meta: dict | None = None):
         folder = pathlib.Path(data_dir) / split
         paths = sorted(folder.glob("part-*.bin"))
         if not paths:
             raise UserError(f"no shards in {folder}: prepare the data with scripts/download_data.sh")
         self.shards = [Shard(p) for p in paths]
+        if meta is not None:
+            self._check(data_dir, meta)
         self.starts = np.cumsum([0] + [s.rows for s in self.shards])
         self.rows = int(self.starts[-1])
+
+    def _check(self, data_dir, meta: dict) -> None:
+        from zoo.manifest import DataManifest
+
+        manifest = DataManifest.read(data_dir)
+        tables, dense = len(meta["num_embeddings"]), meta["num_dense"]
+        for shard in self.shards:
+            if (shard.num_dense, shard.num_categorical) != (dense, tables):
+                raise UserError(
+                    f"{shard.path} has {shard.num_dense} dense and {shard.num_categorical} categorical "
+                    f"columns, but meta.json names {dense} and {tables} tables: prepare the data again"
+                )
+            if (manifest.lookup(shard.path) or {}).get("values") != "checked":
+                problem = values_problem(shard)
+                if problem:
+                    raise UserError(f"{shard.path}: {problem}")
 
     def batch(self, start: int, stop: int):
         first = self.shards[0]
@@ -213,6 +291,10 @@ def parse_lines(lines: list[str], where: str, first_line: int):
         except ValueError:
             raise UserError(f"{where}:{first_line + i}: non-numeric label or dense field") from None
         cats.append(fields[1 + NUM_DENSE :])
+    bad = (labels != 0) & (labels != 1)
+    if bad.any():
+        line = int(np.argmax(bad))
+        raise UserError(f"{where}:{first_line + line}: label {labels[line]:g}, Criteo's labels are 0 or 1")
     np.log1p(np.maximum(dense, 0), out=dense)
     return labels, dense, cats
 

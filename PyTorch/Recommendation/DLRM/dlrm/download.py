@@ -23,7 +23,15 @@ from zoo.cli import entry_point
 from zoo.errors import UserError
 from zoo.io import atomic_write
 
-from dlrm.data import NUM_CATEGORICAL, NUM_DENSE, hex_id, parse_lines, write_meta, write_shard
+from dlrm.data import (
+    NUM_CATEGORICAL,
+    NUM_DENSE,
+    hex_id,
+    parse_lines,
+    record_checked_shards,
+    write_meta,
+    write_shard,
+)
 
 SHARD_ROWS = 1 << 20
 
@@ -77,6 +85,7 @@ def write_synthetic(data_dir, train_rows: int, val_rows: int, seed: int = 0, voc
     write_meta(
         data_dir, [vocab + 1] * NUM_CATEGORICAL, source="synthetic", train_rows=train_rows, val_rows=val_rows
     )
+    record_checked_shards(data_dir)
 
 
 def _open(path: pathlib.Path):
@@ -185,6 +194,7 @@ def preprocess(
     write_meta(
         data_dir, rows, source=str(raw_dir), categorical=categorical, threshold=threshold, **counts_out
     )
+    record_checked_shards(data_dir)
 
 
 @entry_point

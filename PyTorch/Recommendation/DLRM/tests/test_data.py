@@ -57,6 +57,10 @@ def test_truncated_shard_is_a_one_line_error(tmp_path):
             r"train\.txt:2: non-numeric label or dense field",
         ),
         ("\t".join(["1"] + ["3"] * 13 + ["zz"] * 26), r"categorical field 'zz' is not hexadecimal"),
+        (
+            "\t".join(["7"] + ["3"] * 13 + ["68fd1e64"] * 26),
+            r"train\.txt:2: label 7, Criteo's labels are 0 or 1",
+        ),
     ],
 )
 def test_bad_raw_lines_are_one_line_errors(tmp_path, line, message):
@@ -66,6 +70,80 @@ def test_bad_raw_lines_are_one_line_errors(tmp_path, line, message):
     with pytest.raises(UserError, match=message) as info:
         preprocess(raw, tmp_path / "out", categorical="hash", threshold=1, hash_rows=100)
     assert "\n" not in str(info.value)
+
+
+def prepared(tmp_path, change_meta=None, change_shard=None):
+    """A one-shard data folder of 6 rows as preparation leaves it (manifest included), then changed."""
+    from dlrm.data import record_checked_shards, write_meta
+
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    labels, dense, cats = np.ones(6, np.float32), np.ones((6, 13), np.float32), np.ones((6, 26), np.int32)
+    if change_shard:
+        change_shard(labels, dense, cats)
+    write_shard(data / "train" / "part-00000.bin", labels, dense, cats)
+    if not change_shard:
+        record_checked_shards(data)
+    write_meta(data, [10] * 26)
+    if change_meta:
+        change_meta(data / "meta.json")
+    return data
+
+
+def rewrite_meta(path, **fields):
+    import json
+
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+@pytest.mark.parametrize(
+    "change_meta, change_shard, message",
+    [
+        (
+            lambda p: rewrite_meta(p, num_embeddings=[10] * 20),
+            None,
+            "has 13 dense and 26 categorical columns, but",
+        ),
+        (lambda p: p.write_text('{"format": "dlrm-bin-1",'), None, r"meta.json is not JSON \("),
+        (
+            lambda p: rewrite_meta(p, num_embeddings=[10, 0]),
+            None,
+            "num_embeddings must be a list of table sizes",
+        ),
+        (lambda p: rewrite_meta(p, format="other"), None, "is not a dlrm-bin-1 description"),
+        (
+            None,
+            lambda labels, dense, cats: labels.__setitem__(4, 7),
+            r"row 4 has the label 7 \(labels are 0 or 1\)",
+        ),
+        (
+            None,
+            lambda labels, dense, cats: dense.__setitem__((2, 5), np.nan),
+            "row 2 has a dense feature that is",
+        ),
+        (
+            None,
+            lambda labels, dense, cats: cats.__setitem__((3, 0), -1),
+            "row 3 has a negative categorical id",
+        ),
+    ],
+)
+def test_data_that_does_not_fit_its_meta_or_labels_is_one_line(tmp_path, change_meta, change_shard, message):
+    data = prepared(tmp_path, change_meta, change_shard)
+    with pytest.raises(UserError, match=message) as info:
+        Split(data, "train", read_meta(data))
+    assert "\n" not in str(info.value)
+
+
+def test_the_manifest_spares_a_prepared_shard_its_scan_until_it_changes(tmp_path):
+    data = prepared(tmp_path)
+    shard = data / "train" / "part-00000.bin"
+    assert len(Split(data, "train", read_meta(data)).shards) == 1
+    raw = bytearray(shard.read_bytes())
+    raw[32:36] = np.float32(3).tobytes()  # the first label: 3, same size, new mtime
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(UserError, match="row 0 has the label 3"):
+        Split(data, "train", read_meta(data))
 
 
 def test_bad_input_through_the_command_line_is_one_line(tmp_path):
