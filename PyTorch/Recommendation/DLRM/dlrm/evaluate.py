@@ -44,7 +44,7 @@ def main(argv=None) -> None:
     env, device = init_distributed(args.device)
     step = TrainStep(recipe, meta, device, env.rank, env.world_size)
     step.load(checkpoint, weights_only=True, flag="--checkpoint")
-    batches = step.batches(Split(args.data_dir, "val"), int(recipe["eval"]["batch_size"]), train=False)
+    batches = step.batches(Split(args.data_dir, "val", meta), int(recipe["eval"]["batch_size"]), train=False)
     logger = MetricsLogger(enabled=env.rank == 0, total_steps=batches.count, desc="eval")
     metrics = evaluate(step, batches, logger)
     logger.close()

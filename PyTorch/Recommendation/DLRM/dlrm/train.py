@@ -127,7 +127,7 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
     # Everything a run reads is checked before it writes anything into the results folder.
     state = read_checkpoint(resume_from) if resume_from is not None else {"step": 0}
     meta = read_meta(data_dir)
-    train_split, val_split = Split(data_dir, "train"), Split(data_dir, "val")
+    train_split, val_split = Split(data_dir, "train", meta), Split(data_dir, "val", meta)
     fast_math(device)
     global_batch = run.batch_per_gpu * env.world_size
     results_dir.mkdir(parents=True, exist_ok=True)

@@ -58,7 +58,7 @@ def main(argv=None) -> list:
     from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
 
-    from transformer.data import load_tokenizer
+    from transformer.data import load_tokenizer, read_lines
 
     parser = argparse.ArgumentParser(
         prog="python -m transformer.deploy",
@@ -82,10 +82,8 @@ def main(argv=None) -> list:
             f"error: {repo} holds no {TRITON_MODEL}/config.pbtxt: run scripts/export_triton.sh first"
         )
     tokenizer = load_tokenizer(repo)
-    if args.input and not pathlib.Path(args.input).is_file():
-        raise SystemExit(f"error: {args.input}: no such file")
-    text = pathlib.Path(args.input).read_text(encoding="utf-8") if args.input else sys.stdin.read()
-    lines = [line for line in text.splitlines() if line.strip()]
+    given = read_lines(args.input) if args.input else sys.stdin.read().splitlines()
+    lines = [line for line in given if line.strip()]
     if not lines:
         raise SystemExit(f"error: {args.input or 'stdin'} holds no sentence to translate")
 

@@ -18,7 +18,7 @@ import torch
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
-from transformer.data import load_tokenizer, read_parallel
+from transformer.data import load_tokenizer, read_lines, read_parallel
 from transformer.model import build_model
 
 
@@ -119,12 +119,10 @@ def main(argv=None) -> dict:
     langs = settings["langs"]
     if args.input:
         source = pathlib.Path(args.input)
-        if not source.is_file():
-            raise UserError(f"{source}: no such file")
         if args.reference:
             lines, refs = read_parallel(source, args.reference)
         else:
-            lines, refs = source.read_text(encoding="utf-8").splitlines(), None
+            lines, refs = read_lines(source), None
     else:
         if not args.data_dir:
             raise UserError("pass --data-dir (or set DATA_DIR) or --input FILE")

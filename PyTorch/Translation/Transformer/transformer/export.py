@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from zoo.cli import entry_point
+from zoo.errors import UserError
 
 from transformer.model import Transformer
 
@@ -171,6 +172,8 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--beam", type=int, default=None, help="beam size served (default: the checkpoint's)")
     args = parser.parse_args(argv)
+    if args.beam is not None and args.beam < 1:
+        raise UserError(f"--beam must be a positive integer, not {args.beam}")
     model, settings = load_model(args.checkpoint)
     tokenizer = tokenizer_for(args.data_dir, args.checkpoint)
     eval_cfg = settings["eval"]
@@ -179,7 +182,7 @@ def main(argv=None) -> None:
         model,
         args.repository,
         tokenizer,
-        beam=args.beam or eval_cfg["beam"],
+        beam=eval_cfg["beam"] if args.beam is None else args.beam,
         length_penalty=eval_cfg["length_penalty"],
         max_length_a=eval_cfg["max_length_a"],
         max_length_b=eval_cfg["max_length_b"],
