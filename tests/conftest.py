@@ -14,6 +14,21 @@ def root() -> Path:
     return ROOT
 
 
+def pytest_collection_finish(session):
+    """Model suites and README quick starts start now, beside the checks that run before them."""
+    if session.config.option.collectonly:
+        return
+    import test_model_suites
+
+    test_model_suites.start(session.items)
+
+
+def pytest_sessionfinish(session):
+    import test_model_suites
+
+    test_model_suites.stop()
+
+
 def pytest_terminal_summary(terminalreporter):
     """After the run: each model suite's seconds, pytest summary and slowest tests (make test on a fresh clone shows
     where CI's time goes)."""

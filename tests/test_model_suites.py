@@ -1,10 +1,11 @@
 """Each model's own tests, run in its framework's venv (their pins conflict, so one process each), and
 each README's CPU quick start, run verbatim as a user pastes it.
 
-The suites run side by side, ``ZOO_SUITE_WORKERS`` at a time (default 2, one per core of the CI
-machine), each with one OpenMP thread: their tests are small and mostly single-threaded work plus
-process start-ups, so two suites on two cores take about the time of one. Each test of this file
-waits for its own suite, so a failure is reported under the model's name.
+The suites start as soon as collection ends, one at a time beside the repo-wide checks that run
+before this file, then ``ZOO_SUITE_WORKERS`` at a time (default 2, one per core of the CI machine)
+once this file's tests begin. Each runs with one OpenMP thread: their tests are small and mostly
+single-threaded work plus process start-ups. Each test of this file waits for its own job, so a
+failure is reported under the model's name.
 
 A README's quick start is the ```bash block after the line ``<!-- quick-start: cpu -->``. It runs in
 the model directory under ``bash -euo pipefail`` with the venv first on PATH, as the README says, and
@@ -72,14 +73,33 @@ def slowest_tests(stdout: str) -> list[str]:
 class SuiteRunner:
     """Runs model suites in subprocesses, WORKERS at a time; stops the running ones when closed."""
 
-    def __init__(self):
+    def __init__(self, slots: int):
         self.pool = ThreadPoolExecutor(max_workers=WORKERS)
         self.running: set[subprocess.Popen] = set()
         self.lock = threading.Lock()
         self.closed = False
+        self.slots = slots  # jobs allowed to run at once; widen() raises it to WORKERS
+        self.busy = 0
+        self.free = threading.Condition()
+
+    def widen(self):
+        with self.free:
+            self.slots = WORKERS
+            self.free.notify_all()
 
     def submit(self, fn, model_dir: Path):
-        return self.pool.submit(fn, model_dir)
+        return self.pool.submit(self._in_a_slot, fn, model_dir)
+
+    def _in_a_slot(self, fn, model_dir: Path) -> Suite:
+        with self.free:
+            self.free.wait_for(lambda: self.busy < self.slots or self.closed)
+            self.busy += 1
+        try:
+            return fn(model_dir)
+        finally:
+            with self.free:
+                self.busy -= 1
+                self.free.notify_all()
 
     def suite(self, model_dir: Path) -> Suite:
         python = venv_bin(model_dir) / "python"
@@ -133,26 +153,48 @@ class SuiteRunner:
             self.closed = True
             for proc in self.running:
                 proc.kill()
+        with self.free:
+            self.free.notify_all()
         self.pool.shutdown(cancel_futures=True)
 
 
-@pytest.fixture(scope="module")
-def jobs(request):
-    """{(test name, model id): Future of its Suite}: every selected suite and quick start submitted at
-    once, in the tests' order."""
+RUNNER: SuiteRunner | None = None
+JOBS: dict = {}  # (test name, model id) -> Future of its Suite
+
+
+def start(items) -> None:
+    """Submit every selected suite and quick start, in the tests' order, one at a time until this module's
+    tests begin (then WORKERS at a time): called when collection ends (tests/conftest.py), so the suites
+    start beside the repo-wide checks that run before them."""
+    global RUNNER
     selected = [
         (item.originalname, item.callspec.params["model_dir"])
-        for item in request.session.items
+        for item in items
         if getattr(item, "callspec", None)
         and "model_dir" in item.callspec.params
         and item.module.__name__ == __name__
     ]
-    python_missing = [model_id(d) for _, d in selected if not (venv_bin(d) / "python").exists()]
-    assert not python_missing, f"no venv for {python_missing}: run `make setup`"
-    runner = SuiteRunner()
-    kinds = {"test_model_suite": runner.suite, "test_readme_quick_start": runner.quick_start}
-    yield {(name, model_id(d)): runner.submit(kinds[name], d) for name, d in selected}
-    runner.close()
+    if not selected or RUNNER is not None:
+        return
+    missing = [model_id(d) for _, d in selected if not (venv_bin(d) / "python").exists()]
+    assert not missing, f"no venv for {missing}: run `make setup`"
+    RUNNER = SuiteRunner(slots=1)
+    kinds = {"test_model_suite": RUNNER.suite, "test_readme_quick_start": RUNNER.quick_start}
+    JOBS.update({(name, model_id(d)): RUNNER.submit(kinds[name], d) for name, d in selected})
+
+
+def stop() -> None:
+    """Kill what still runs (a failed session stops early)."""
+    if RUNNER is not None:
+        RUNNER.close()
+
+
+@pytest.fixture(scope="module")
+def jobs(request):
+    """The submitted jobs; from here on they run WORKERS at a time."""
+    start(request.session.items)  # when collection did not pass through tests/conftest.py
+    RUNNER.widen()
+    return JOBS
 
 
 @pytest.mark.timeout(SUITE_SECONDS * len(model_dirs()))  # the suite waits in the queue before it runs
