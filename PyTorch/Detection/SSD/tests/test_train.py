@@ -272,9 +272,8 @@ def test_set_is_repeatable_and_flags_override_the_recipe():
         parse_args(["--recipe", SMOKE, "--set", "optimizer.base_lr=0.5", "--target-map", "0.23"])
     )
     assert recipe["optimizer"]["base_lr"] == 0.5 and recipe["run"]["target"]["value"] == 0.23
-    assert (
-        recipe["run"]["epochs"] == 12 and recipe["run"]["precision"] == "fp32"
-    )  # the CPU smoke recipe's own
+    # The CPU smoke recipe's own epochs and precision.
+    assert recipe["run"]["epochs"] == 12 and recipe["run"]["precision"] == "fp32"
 
 
 @pytest.mark.parametrize(
