@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from zoo.errors import UserError
 from zoo.triton.client import infer, model_io
 from zoo.triton.processes import signal_when_serving
 from zoo.triton.repository import (
@@ -14,6 +15,7 @@ from zoo.triton.repository import (
     config_to_pbtxt,
     model_config,
     parse_pbtxt,
+    refuse_existing_models,
     write_model,
 )
 from zoo.triton.server import TritonServer
@@ -103,6 +105,47 @@ def test_write_model_and_validate_cli(tmp_path):
         [sys.executable, "-m", "zoo.triton", "validate", str(repo)], capture_output=True, text=True
     )
     assert bad.returncode == 1 and "bad/config.pbtxt" in bad.stderr and "neither a backend" in bad.stderr
+
+
+def test_write_model_refuses_an_existing_model_and_replaces_it_whole_with_force(tmp_path):
+    repo = tmp_path / "repo"
+    write_model(repo, _add_one_config(), {"model.py": ADD_ONE, "variables": _folder(tmp_path / "a", 2)})
+    before = sorted(p.relative_to(repo) for p in repo.rglob("*"))
+    with pytest.raises(UserError, match=r"repo/add_one already exists: pass --force"):
+        write_model(repo, _add_one_config(), {"model.py": b"changed"})
+    with pytest.raises(UserError, match=r"add_one already exists \(and 1 more.*--force"):
+        refuse_existing_models(repo, ["new_one", "add_one", "add_one"])
+    assert sorted(p.relative_to(repo) for p in repo.rglob("*")) == before
+    assert (repo / "add_one" / "1" / "model.py").read_bytes() == ADD_ONE
+    refuse_existing_models(repo, ["new_one"])
+    refuse_existing_models(repo, ["add_one"], force=True)
+    # a folder copied whole (a SavedModel's variables/) keeps none of the old model's files
+    write_model(
+        repo, _add_one_config(), {"model.py": b"new", "variables": _folder(tmp_path / "b", 1)}, force=True
+    )
+    assert (repo / "add_one" / "1" / "model.py").read_bytes() == b"new"
+    assert sorted(p.name for p in (repo / "add_one" / "1" / "variables").iterdir()) == ["shard_0"]
+    assert sorted(p.name for p in repo.iterdir()) == ["add_one"]  # no build folder left
+
+
+def test_write_model_sweeps_the_build_folders_of_exports_that_died(tmp_path):
+    repo = tmp_path / "repo"
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    stale = repo / f".zoo-export-{int(dead.stdout)}-add_one"
+    (stale / "1").mkdir(parents=True)
+    alive = repo / f".zoo-export-{os.getppid()}-add_one"
+    alive.mkdir()
+    write_model(repo, _add_one_config(), {"model.py": ADD_ONE})
+    assert not stale.exists() and alive.is_dir()
+
+
+def _folder(path, shards: int):
+    path.mkdir()
+    for shard in range(shards):
+        (path / f"shard_{shard}").write_text(str(shard))
+    return path
 
 
 def test_tritonserver_serves_python_model_over_http_and_grpc(tmp_path):
@@ -329,7 +372,7 @@ def _initialized(module, tmp_path, config, files=None):
     from google.protobuf import json_format
 
     model_dir = write_model(
-        tmp_path / "repo", config, files or {"model.onnx": _embed_onnx(tmp_path / "e.onnx")}
+        tmp_path / "repo", config, files or {"model.onnx": _embed_onnx(tmp_path / "e.onnx")}, force=True
     )
     model = module.TritonPythonModel()
     as_json = json.dumps(json_format.MessageToDict(config, preserving_proto_field_name=True))

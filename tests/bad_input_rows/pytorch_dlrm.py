@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 DLRM = "PyTorch/Recommendation/DLRM"
 DLRM_TINY = f"{ROOT / DLRM}/configs/dlrm_dcnv2_small.yaml"
@@ -22,6 +22,29 @@ DLRM_TRAIN += ["--set", "model.embeddings=plain"]
 
 
 ROWS: list[Row] = [
+    # Prepared data that does not fit its meta.json or holds values a click log cannot: before training
+    *rows_for(
+        DLRM,
+        "train.sh",
+        [
+            (name, [*DLRM_TRAIN[:2], "--data-dir", "{" + data + "}", *DLRM_TRAIN[4:]], expect)
+            for name, data, expect in [
+                (
+                    "meta-20-tables",
+                    "criteo_meta_20_tables",
+                    "26 categorical columns, but meta.json names 13 and 20",
+                ),
+                ("meta-not-json", "criteo_meta_not_json", "meta.json is not JSON"),
+                ("label-7", "criteo_label_7", "row 5 has the label 7 (labels are 0 or 1)"),
+                (
+                    "nan-feature",
+                    "criteo_nan_feature",
+                    "row 3 has a dense feature that is not a finite number",
+                ),
+                ("shard-cut-in-half", "criteo_cut_shard", "truncated or corrupt shard"),
+            ]
+        ],
+    ),  # fmt: skip
     *rows_for(
         DLRM,
         "train.sh",
@@ -131,4 +154,5 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    *rows_for(DLRM, "export_triton.sh", [repository_holds("dlrm_python", ["--checkpoint", "{missing}"])]),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 EFFNET = "PyTorch/Classification/EfficientNet"
 EFFNET_TINY = f"{ROOT / EFFNET}/configs/digits_cpu.yaml"
@@ -107,5 +107,8 @@ ROWS: list[Row] = [
         EFFNET,
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
+    ),
+    *rows_for(
+        EFFNET, "export_triton.sh", [repository_holds("efficientnet_python", ["--checkpoint", "{text}"])]
     ),
 ]

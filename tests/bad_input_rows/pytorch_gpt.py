@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 GPT = "PyTorch/LanguageModeling/GPT"
 GPT_TINY = f"{ROOT / GPT}/configs/tiny_cpu.yaml"
@@ -160,4 +160,5 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    *rows_for(GPT, "export_triton.sh", [repository_holds("gpt_python", ["--checkpoint", "{text}"])]),
 ]

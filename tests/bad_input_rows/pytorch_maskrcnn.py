@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 MASKRCNN = "PyTorch/Segmentation/MaskRCNN"
 MASKRCNN_TINY = f"{ROOT / MASKRCNN}/configs/shapes_cpu.yaml"
@@ -12,7 +14,58 @@ MASKRCNN_DATA = ["--data-dir", "{coco}", "--train-split", "train", "--val-split"
 MASKRCNN_TRAIN = ["--recipe", MASKRCNN_TINY, *MASKRCNN_DATA, "--results-dir", "{results}", "--device", "cpu"]
 
 
+# A COCO folder whose one annotation is an RLE of runs that do not cover its 8x8 image (read before any
+# image is opened, so the image folders stay empty).
+_RLE_SPLIT = json.dumps(
+    {
+        "images": [{"id": 1, "file_name": "1.png", "width": 8, "height": 8}],
+        "categories": [{"id": 1, "name": "square"}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [0, 0, 4, 4], "area": 16, "iscrowd": 0,
+             "segmentation": {"size": [8, 8], "counts": "0"}}
+        ],
+    }
+)  # fmt: skip
+INVALID_RLE_COCO = {
+    "rle/train/.keep": "",
+    "rle/val/.keep": "",
+    "rle/annotations/instances_train.json": _RLE_SPLIT,
+    "rle/annotations/instances_val.json": _RLE_SPLIT,
+}
+
+
 ROWS: list[Row] = [
+    # Counts of the model's sections (zoo.recipe.POSITIVE_INTEGERS) and annotations that fail before training
+    *rows_for(
+        MASKRCNN,
+        "train.sh",
+        [
+            *[
+                (
+                    f"{key.rsplit('.', 1)[-1].replace('_', '-')}-0",
+                    [*MASKRCNN_TRAIN, "--set", f"{key}=0"],
+                    f"{key} must be a positive integer",
+                )
+                for key in (
+                    "model.rpn_post_nms_top_n_train",
+                    "model.box_detections_per_img",
+                    "optimizer.base_batch",
+                    "data.min_size",
+                )
+            ],
+            (
+                "checkpoint-every-0",
+                [*MASKRCNN_TRAIN, "--set", "run.checkpoint_every=0"],
+                "run.checkpoint_every must be 'N epochs'",
+            ),
+            (
+                "invalid-rle",
+                ["--recipe", MASKRCNN_TINY, "--data-dir", "{sandbox}/rle", *MASKRCNN_TRAIN[4:]],
+                "annotation 1 (image 1) has an invalid RLE",
+                {"files": INVALID_RLE_COCO},
+            ),
+        ],
+    ),  # fmt: skip
     *rows_for(
         MASKRCNN,
         "train.sh",
@@ -138,4 +191,5 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    *rows_for(MASKRCNN, "export_triton.sh", [repository_holds("maskrcnn_python", ["--random-init", "tiny"])]),
 ]

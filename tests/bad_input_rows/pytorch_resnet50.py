@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 R50 = "PyTorch/Classification/ResNet50"
 R50_TINY = f"{ROOT / R50}/configs/digits_cpu.yaml"
@@ -128,4 +128,5 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    *rows_for(R50, "export_triton.sh", [repository_holds("resnet50_onnx", ["--checkpoint", "{text}"])]),
 ]

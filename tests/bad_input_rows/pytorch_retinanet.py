@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 RETINANET = "PyTorch/Detection/RetinaNet"
 RETINANET_TINY = f"{ROOT / RETINANET}/configs/digits_cpu.yaml"
@@ -90,4 +90,5 @@ ROWS: list[Row] = [
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
     *rows_for(RETINANET, "download_data.sh", [("no-data-dir", [], "give --data-dir")]),
+    *rows_for(RETINANET, "export_triton.sh", [repository_holds("retinanet_onnx", ["--random-init", "3"])]),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 RNNT = "PyTorch/SpeechRecognition/RNNT"
 RNNT_TINY = f"{ROOT / RNNT}/configs/spoken_cpu.yaml"
@@ -86,4 +86,5 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    *rows_for(RNNT, "export_triton.sh", [repository_holds("rnnt_python", ["--checkpoint", "{text}"])]),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 SSD = "PyTorch/Detection/SSD"
 SSD_TINY = f"{ROOT / SSD}/configs/shapes_smoke.yaml"
@@ -94,4 +94,5 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    *rows_for(SSD, "export_triton.sh", [repository_holds("ssd300_python", ["--random-init", "3"])]),
 ]

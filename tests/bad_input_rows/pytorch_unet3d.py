@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 UNET3D = "PyTorch/Segmentation/UNet3D"
 UNET3D_TINY = f"{ROOT / UNET3D}/configs/synthetic_cpu.yaml"
@@ -87,4 +87,5 @@ ROWS: list[Row] = [
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
     ),
+    *rows_for(UNET3D, "export_triton.sh", [repository_holds("unet3d_onnx", ["--checkpoint", "{text}"])]),
 ]

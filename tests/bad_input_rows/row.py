@@ -23,6 +23,7 @@ class Row:
     name: str
     recipe: str | None = None  # YAML written to {recipe}
     files: dict | None = None  # {path under the sandbox: text} written before the run
+    links: dict | None = None  # {path under the sandbox: the path it points to} made as symlinks after files
 
     @property
     def id(self) -> str:
@@ -37,3 +38,18 @@ def rows_for(model: str, script: str, table: list) -> list[Row]:
         name, args, expect, *options = entry
         out.append(Row(model, script, tuple(args), expect, name, **(options[0] if options else {})))
     return out
+
+
+def repository_holds(model_name: str, args: list, repository_flag: str = "--repository") -> tuple:
+    """A rows_for entry: an export into a repository (``{sandbox}/repo``) that already holds
+    ``model_name`` must refuse without --force, naming the model's folder, and leave it as it was."""
+    old_model = {
+        f"repo/{model_name}/config.pbtxt": f'name: "{model_name}"\n',
+        f"repo/{model_name}/1/old": "old",
+    }
+    return (
+        "repository-holds-model",
+        [*args, repository_flag, "{sandbox}/repo"],
+        (f"repo/{model_name} already exists", "pass --force"),
+        {"files": old_model},
+    )

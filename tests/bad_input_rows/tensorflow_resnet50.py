@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import BROKEN_CONFIG, UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import BROKEN_CONFIG, UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 TF_R50 = "TensorFlow/Classification/ResNet50"
 TF_R50_TINY = f"{ROOT / TF_R50}/configs/digits_cpu.yaml"
@@ -133,6 +133,11 @@ ROWS: list[Row] = [
         TF_R50,
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
+    ),
+    *rows_for(
+        TF_R50,
+        "export_triton.sh",
+        [repository_holds("resnet50_tf_savedmodel", ["--checkpoint", "{text}"], "--model-repository")],
     ),
     # a training checkpoint cut short, at every entry point that reads one; a registry pull cut short
     *rows_for(

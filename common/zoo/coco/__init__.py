@@ -16,8 +16,8 @@ own; their names are imported here, so ``zoo.coco.NAME`` reaches all of them:
 - zoo.coco.shapes: the generated shapes set (make_shapes_coco, shapes_main);
 - zoo.coco.tools, the scripts beside training: the download command (download_main), drawing colours
   and image reading (PALETTE, read_image), evaluate.py's flags, split and scores (add_evaluate_args,
-  evaluation_split, detect_and_score, write_json), a Triton repository replaced whole
-  (add_repository_args, replace_repository) and a benchmark's report (report_benchmark).
+  evaluation_split, detect_and_score, write_json), a detector's models put into a Triton repository
+  (add_repository_args, write_repository_models) and a benchmark's report (report_benchmark).
 """
 
 from zoo.coco.scoring import (
@@ -43,9 +43,9 @@ from zoo.coco.tools import (
     download_main,
     evaluation_split,
     read_image,
-    replace_repository,
     report_benchmark,
     write_json,
+    write_repository_models,
 )
 from zoo.coco.training import (
     RENAMED_FLAGS,
@@ -88,10 +88,10 @@ __all__ = [
     "PALETTE",
     "read_image",
     "add_repository_args",
-    "replace_repository",
     "report_benchmark",
     "add_evaluate_args",
     "evaluation_split",
     "detect_and_score",
     "write_json",
+    "write_repository_models",
 ]

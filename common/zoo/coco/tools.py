@@ -85,9 +85,12 @@ def read_image(path):
 
 # ------------------------------------------------------------------------------- export and benchmark
 def add_repository_args(parser, *, onnx_models: str) -> None:
-    """``--repository`` and ``--instance-kind``, the flags of a detector's Triton export."""
+    """``--repository``, ``--force`` and ``--instance-kind``, the flags of a detector's Triton export."""
     parser.add_argument(
-        "--repository", default="triton_repo", help="model repository folder (replaced if present)"
+        "--repository", default="triton_repo", help="the Triton model repository to write into"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="replace the models if the repository holds them"
     )
     parser.add_argument(
         "--instance-kind",
@@ -97,26 +100,18 @@ def add_repository_args(parser, *, onnx_models: str) -> None:
     )
 
 
-def replace_repository(path, write, note: str = ""):
-    """Write a Triton model repository with ``write(folder)`` into a folder beside ``path``, then put it
-    in the place of ``path`` (an earlier repository there is removed): a failed export leaves the
-    earlier one whole. Prints what was written; returns ``path``."""
-    import shutil
-    import tempfile
+def write_repository_models(path, models, write, *, force: bool = False, note: str = ""):
+    """The model folders ``models``, written by ``write(folder)`` into an empty folder, put into the
+    repository ``path`` (zoo.triton.repository.build_models): a model ``path`` already holds is refused
+    before ``write`` runs unless ``force``, a failed export leaves the repository as it was, and the
+    repository's other models stay. Prints what was written; returns ``path``."""
     from pathlib import Path
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        write(building)
-        if path.exists():
-            shutil.rmtree(path)
-        building.rename(path)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    print(f"wrote {', '.join(sorted(p.name for p in path.iterdir()))}{note} to {path}")
-    return path
+    from zoo.triton.repository import build_models
+
+    build_models(path, models, write, force=force)
+    print(f"wrote {', '.join(sorted(models))}{note} to {path}")
+    return Path(path)
 
 
 def report_benchmark(path, results: list[dict], device) -> None:
@@ -138,8 +133,6 @@ def add_evaluate_args(parser, *, train_module: str, batch_size: int, amp_help: s
     """The flags of a detector's evaluate.py: the checkpoint, the COCO split, batches, precision, device."""
     import os
 
-    import torch
-
     from zoo.cli import AMP_CHOICES
 
     parser.add_argument("--checkpoint", required=True, help=f"checkpoint.pt or model.pt from {train_module}")
@@ -152,12 +145,14 @@ def add_evaluate_args(parser, *, train_module: str, batch_size: int, amp_help: s
     parser.add_argument("--batch-size", type=int, default=batch_size)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--amp", choices=AMP_CHOICES, default="fp32", help=amp_help)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    # None: cuda where a GPU is visible, resolved by evaluation_split once the flags are parsed (torch
+    # loads after parsing, so that --help answers at once)
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda where a GPU is visible)")
 
 
 def evaluation_split(args):
     """(image folder, annotation file) of ``--split`` under ``--data-dir``; a UserError where a flag is
-    out of range or a folder or file is missing."""
+    out of range or a folder or file is missing. Sets ``args.device`` where it was left out."""
     from pathlib import Path
 
     from zoo.errors import UserError
@@ -171,7 +166,12 @@ def evaluation_split(args):
     root = Path(args.data_dir)
     if not root.exists():
         raise UserError(f"{root} does not exist (scripts/download_data.sh prepares COCO)")
-    return split_paths(root, args.split, check=True)
+    paths = split_paths(root, args.split, check=True)
+    if args.device is None:
+        import torch
+
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    return paths
 
 
 def detect_and_score(detect, loader, annotation_file, score, split: str):

@@ -1,7 +1,8 @@
 """Triton Inference Server for every model: import from the module that does the job.
 
 - ``zoo.triton.repository``: TensorSpec, model_config, config_to_pbtxt / parse_pbtxt (checked against
-  Triton's ModelConfig protobuf), write_model, validate_repository, single_model_repository,
+  Triton's ModelConfig protobuf), write_model and build_models (a model the repository holds is replaced
+  only with ``force``, whole), refuse_existing_models, validate_repository, single_model_repository,
   ONNX_PYTHON_MODEL
 - ``zoo.triton.server``: TritonServer (the nvidia-pytriton wheel's server, stopped on every exit path),
   exit_on_termination_signals

@@ -13,16 +13,23 @@ A model with only an ONNX file is served by the python backend through one share
 
 (``config`` with ``backend="python"``; see zoo/triton/onnx_model.py for the parameters it reads.)
 A config Triton would refuse is a :class:`ModelConfigError` naming the model (or file) and the field.
+
+An export never replaces a model a repository already holds unless asked: ``refuse_existing_models``
+(called before the export's heavy work) and ``write_model`` itself refuse it without ``force``; with
+``force`` the model's folder is written beside and swapped in whole, so no file of the old model (a
+SavedModel's stale variables shard) survives next to the new one.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import pathlib
+import re
 import shutil
 from dataclasses import dataclass
 
 from zoo.errors import UserError
-from zoo.io import atomic_write
 
 ONNX_PYTHON_MODEL = pathlib.Path(__file__).with_name("onnx_model.py")
 """The python-backend model.py that serves an ONNX file with onnxruntime (contract in config.pbtxt)."""
@@ -101,31 +108,125 @@ def parse_pbtxt(text: str):
     return config
 
 
-def write_model(repo_dir, config, files: dict, version: int = 1) -> pathlib.Path:
+def refuse_existing_models(repository, names, *, force: bool = False) -> None:
+    """A UserError naming the first of ``names`` (model folders) that ``repository`` already holds and
+    ``--force``, unless ``force``: an export checks this before its heavy work and before writing anything."""
+    repository = pathlib.Path(repository)
+    existing = [repository / name for name in names if os.path.lexists(repository / name)]
+    if existing and not force:
+        more = f" (and {len(existing) - 1} more of this export's models)" if len(existing) > 1 else ""
+        raise UserError(f"{existing[0]} already exists{more}: pass --force to replace it")
+
+
+def write_model(
+    repo_dir, config, files: dict, version: int = 1, *, force: bool = False, beside_config: dict | None = None
+) -> pathlib.Path:
     """Write <repo>/<name>/config.pbtxt and <repo>/<name>/<version>/<file> for each of ``files``.
 
     A value of ``files`` is the content (bytes) or a file or directory to copy (str or Path; a
-    directory such as ``model.savedmodel`` is copied whole). Returns <repo>/<name>.
+    directory such as ``model.savedmodel`` is copied whole); ``beside_config`` holds files (the same
+    kinds of value) written beside config.pbtxt, for a client to read. A repository that already holds the model
+    is a UserError unless ``force``; then the new folder, written beside it, replaces the old one whole
+    (nothing of the old model is kept). Returns <repo>/<name>.
     """
     _validate(config)
-    model_dir = pathlib.Path(repo_dir) / config.name
-    version_dir = model_dir / str(version)
-    version_dir.mkdir(parents=True, exist_ok=True)
-    for name, source in files.items():
-        target = version_dir / name
-        if isinstance(source, bytes):
-            with atomic_write(target) as tmp:
-                tmp.write_bytes(source)
-        elif pathlib.Path(source).is_dir():
-            shutil.copytree(source, target, dirs_exist_ok=True)
-        elif pathlib.Path(source).is_file():
-            with atomic_write(target) as tmp:
-                shutil.copyfile(source, tmp)
-        else:
-            raise FileNotFoundError(f"model file for {config.name}/{version}/{name} not found: {source}")
-    with atomic_write(model_dir / "config.pbtxt") as tmp:
-        tmp.write_text(config_to_pbtxt(config))
+    repo_dir = pathlib.Path(repo_dir)
+    model_dir = repo_dir / config.name
+    refuse_existing_models(repo_dir, [config.name], force=force)
+    repo_dir.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_builds(repo_dir)
+    building = repo_dir / f"{_BUILD_PREFIX}{os.getpid()}-{config.name}"
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        (building / str(version)).mkdir(parents=True)
+        for folder, contents in ((str(version), files), (".", beside_config or {})):
+            for name, source in contents.items():
+                target = building / folder / name
+                if isinstance(source, bytes):
+                    target.write_bytes(source)
+                elif pathlib.Path(source).is_dir():
+                    shutil.copytree(source, target)
+                elif pathlib.Path(source).is_file():
+                    shutil.copyfile(source, target)
+                else:
+                    raise FileNotFoundError(
+                        f"model file for {config.name}/{folder}/{name} not found: {source}"
+                    )
+        (building / "config.pbtxt").write_text(config_to_pbtxt(config))
+        _swap_in(building, model_dir)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
     return model_dir
+
+
+def build_models(repository, models, write, *, force: bool = False) -> list[pathlib.Path]:
+    """``write(folder)`` writes the model folders ``models`` into an empty folder inside ``repository``;
+    once it returns, each is swapped into ``repository`` whole (the repository's other models stay). A
+    model the repository already holds is a UserError before ``write`` runs, unless ``force``; a
+    ``write`` that fails leaves the repository as it was. Returns the models' folders."""
+    repository = pathlib.Path(repository)
+    refuse_existing_models(repository, models, force=force)
+    repository.mkdir(parents=True, exist_ok=True)
+    _sweep_stale_builds(repository)
+    building = repository / f"{_BUILD_PREFIX}{os.getpid()}-all"
+    shutil.rmtree(building, ignore_errors=True)
+    building.mkdir()
+    try:
+        write(building)
+        written = sorted(p.name for p in building.iterdir())
+        if written != sorted(models):
+            raise RuntimeError(f"the export wrote {written}, not the models it named {sorted(models)}")
+        for name in written:
+            _swap_in(building / name, repository / name)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return [repository / name for name in written]
+
+
+# A model folder being written (or the old one being removed) is <repo>/.zoo-export-<pid>-<name>: a hidden
+# folder, removed by the next export once its process is gone (an export killed midway).
+_BUILD_PREFIX = ".zoo-export-"
+
+
+def _swap_in(building: pathlib.Path, model_dir: pathlib.Path) -> None:
+    """``building`` renamed to ``model_dir``; an existing ``model_dir`` is exchanged with it in one step
+    (renameat2 RENAME_EXCHANGE, where the kernel has it) and ends at ``building``'s path."""
+    if not os.path.lexists(model_dir):
+        os.rename(building, model_dir)
+        return
+    if _exchange(building, model_dir):
+        return
+    parked = building.with_name(building.name + ".old")
+    os.rename(model_dir, parked)
+    os.rename(building, model_dir)
+    os.rename(parked, building)
+
+
+def _exchange(first: pathlib.Path, second: pathlib.Path) -> bool:
+    """Atomically exchange two paths (Linux renameat2 with RENAME_EXCHANGE); False where unavailable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange)
+    return done == 0
+
+
+def _sweep_stale_builds(repo_dir: pathlib.Path) -> None:
+    """Remove the build folders of exports that no longer run (killed midway)."""
+    for folder in repo_dir.glob(f"{_BUILD_PREFIX}*"):
+        match = re.match(rf"{re.escape(_BUILD_PREFIX)}(\d+)-", folder.name)
+        if not match or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(match.group(1)), 0)
+            continue  # its export still runs
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except PermissionError:
+            continue
 
 
 def validate_repository(repo) -> list[pathlib.Path]:

@@ -23,18 +23,22 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import shutil
 import tempfile
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
-from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.errors import UserError
-from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+from zoo.triton.repository import (
+    ONNX_PYTHON_MODEL,
+    TensorSpec,
+    model_config,
+    refuse_existing_models,
+    write_model,
+)
 
-from efficientnet.checkpoints import add_model_args, build_model_for, eval_preprocessing, resolve_weights
-from efficientnet.model import efficientnet
+if TYPE_CHECKING:
+    import torch
 
 # The libtorch backend names tensors by position; the ONNX models use the names of the zoo's classifiers.
 LIBTORCH_NAMES = ("INPUT__0", "OUTPUT__0")
@@ -45,6 +49,9 @@ MODELS = ("libtorch", "onnx", "python")
 def load_model(checkpoint=None, pretrained=None, **model_args) -> tuple[torch.nn.Module, int]:
     """The trained network (eval mode, unfolded, FP32) from a checkpoint file or a registry name, and its
     input size; neither: random weights of ``model_args`` (variant, wide_se, width, num_classes)."""
+    from efficientnet.checkpoints import build_model_for, resolve_weights
+    from efficientnet.model import efficientnet
+
     weights = resolve_weights(pretrained, checkpoint)
     if weights is None:
         from efficientnet.model import VARIANTS
@@ -56,6 +63,8 @@ def load_model(checkpoint=None, pretrained=None, **model_args) -> tuple[torch.nn
 
 def export_torchscript(model: torch.nn.Module, path, image_size: int) -> pathlib.Path:
     """``model`` traced with a batch of 2 FP32 images and saved as TorchScript."""
+    import torch
+
     example = torch.randn(2, 3, image_size, image_size)
     with torch.no_grad():
         traced = torch.jit.trace(model, example)
@@ -65,6 +74,8 @@ def export_torchscript(model: torch.nn.Module, path, image_size: int) -> pathlib
 
 def export_onnx(model: torch.nn.Module, path, image_size: int, opset: int = 17) -> pathlib.Path:
     """``model`` as ONNX (dynamic batch), tensors ``images`` / ``logits``."""
+    import torch
+
     example = torch.randn(2, 3, image_size, image_size)
     with torch.no_grad():
         torch.onnx.export(
@@ -134,17 +145,22 @@ def export_repository(
     instance_count: int = 1,
     preprocessing=None,
     amp: str = "fp32",
+    force: bool = False,
 ) -> dict[str, pathlib.Path]:
     """Write the chosen models of the trained network ``model`` into ``repository``: each file holds
     ``inference_model(model, amp=amp)``. Returns {model name: its folder}.
 
     ``preprocessing`` (a zoo.checkpoints.Preprocessing) sets the input size (its crop) and is
-    recorded in each config.pbtxt as ``preprocessing_*`` parameters for clients.
+    recorded in each config.pbtxt as ``preprocessing_*`` parameters for clients. A model the repository
+    already holds is a UserError unless ``force`` (then its folder is replaced whole).
     """
+    from zoo.classification.inference import inference_model
+
     if preprocessing is not None:
         image_size = preprocessing.crop
     if amp == "bf16" and ("onnx" in models or "python" in models):
         raise UserError("onnxruntime has no bf16 convolutions: export bf16 with --models libtorch")
+    refuse_existing_models(repository, [f"efficientnet_{kind}" for kind in models], force=force)
     num_classes = model.classifier.out_features
     served = inference_model(model, amp=amp)
     repository = pathlib.Path(repository)
@@ -166,14 +182,15 @@ def export_repository(
                 files = {"model.onnx": onnx_path}
             else:
                 files = {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}
-            shutil.rmtree(repository / name, ignore_errors=True)
-            written[name] = write_model(repository, config, files)
+            written[name] = write_model(repository, config, files, force=force)
             print(f"wrote {name} ({config.platform or config.backend}, {amp}) -> {written[name]}")
     return written
 
 
 @entry_point
 def main(argv=None) -> None:
+    from efficientnet.checkpoints import add_model_args, eval_preprocessing
+
     p = argparse.ArgumentParser(prog="python -m efficientnet.export", description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", default=None, help="training checkpoint or state_dict file")
     p.add_argument("--pretrained", default=None, help="registry name instead of a file")
@@ -194,11 +211,13 @@ def main(argv=None) -> None:
         help="precision of the exported weights (BatchNorm folded; FP32 input and output); bf16: libtorch only",
     )  # fmt: skip
     p.add_argument("--print-config", action="store_true", help="print each config.pbtxt")
+    p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = zoo.cli.parse_args(p, argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise UserError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    refuse_existing_models(args.repository, [f"efficientnet_{kind}" for kind in models], force=args.force)
     model, image_size = load_model(
         args.checkpoint, args.pretrained, variant=args.variant, wide_se=args.wide_se, width=args.width,
         num_classes=args.num_classes,
@@ -213,7 +232,7 @@ def main(argv=None) -> None:
     written = export_repository(
         model, args.repository, models=models, max_batch_size=args.max_batch_size,
         instance_kind=args.instance_kind, instance_count=args.instance_count, preprocessing=preprocessing,
-        amp=args.amp,
+        amp=args.amp, force=args.force,
     )  # fmt: skip
     if args.print_config:
         for folder in written.values():

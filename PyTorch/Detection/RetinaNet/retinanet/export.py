@@ -19,20 +19,26 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import entry_point
-from zoo.coco import add_repository_args, replace_repository
+from zoo.coco import add_repository_args, write_repository_models
 
-from retinanet.model import RetinaNet, RetinaNetCandidates
+if TYPE_CHECKING:
+    from retinanet.model import RetinaNet
 
 POSTPROCESS = Path(__file__).with_name("triton_postprocess.py")
 OUTPUTS = ("boxes", "scores", "labels")
+TRITON_MODELS = ("retinanet_onnx", "retinanet_python")  # what write_repository writes
 
 
 def export_onnx(model: RetinaNet, path, *, image_size: int = 128) -> Path:
     """ONNX of :class:`RetinaNetCandidates` over ``model`` (fp32, on the CPU) with dynamic batch, height
     and width; traced at ``image_size``. Written then renamed."""
+    import torch
+
+    from retinanet.model import RetinaNetCandidates
+
     module = RetinaNetCandidates(model.cpu().float()).eval()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,8 +98,6 @@ def write_repository(model: RetinaNet, repository, *, max_batch_size: int = 8, i
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 
-    from retinanet.evaluate import load_model
-
     p = argparse.ArgumentParser(
         prog="python -m retinanet.export",
         description=__doc__,
@@ -107,6 +111,14 @@ def main(argv=None) -> None:
     p.add_argument("--max-batch-size", type=int, default=8)
     add_repository_args(p, onnx_models="retinanet_onnx")
     a = parse_args(p, argv)
+
+    import torch
+    from zoo.triton.repository import refuse_existing_models
+
+    from retinanet.evaluate import load_model
+    from retinanet.model import RetinaNet
+
+    refuse_existing_models(a.repository, TRITON_MODELS, force=a.force)
     if a.checkpoint:
         model, info = load_model(a.checkpoint, "cpu")
         image_size = info["image_size"]
@@ -118,7 +130,9 @@ def main(argv=None) -> None:
         "instance_kind": a.instance_kind,
         "image_size": image_size,
     }
-    replace_repository(a.repository, lambda repo: write_repository(model, repo, **settings))
+    write_repository_models(
+        a.repository, TRITON_MODELS, lambda repo: write_repository(model, repo, **settings), force=a.force
+    )
 
 
 if __name__ == "__main__":

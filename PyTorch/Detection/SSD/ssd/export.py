@@ -25,14 +25,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import entry_point
-from zoo.coco import add_repository_args, replace_repository
+from zoo.coco import add_repository_args, write_repository_models
 from zoo.errors import UserError
 
-from ssd.boxes import default_boxes
-from ssd.model import SSD300, InferenceSSD, SSDWithPostprocess, build_inference_model
+if TYPE_CHECKING:
+    from ssd.model import SSD300, InferenceSSD
 
 MAX_DETECTIONS = 200
 POSTPROCESS = Path(__file__).with_name("triton_postprocess.py")
@@ -43,6 +43,8 @@ LIBTORCH_INPUT, LIBTORCH_OUTPUTS = "INPUT__0", ("OUTPUT__0", "OUTPUT__1")
 def inference_model(model: SSD300 | InferenceSSD, amp: str = "fp32") -> InferenceSSD:
     """The model every exported file holds: ``model``'s inference model in ``amp``'s precision on
     the CPU (an :class:`InferenceSSD` is taken as it is)."""
+    from ssd.model import InferenceSSD, build_inference_model
+
     if isinstance(model, InferenceSSD):
         return model.eval()
     return build_inference_model(model.cpu(), amp)
@@ -53,6 +55,11 @@ def export_onnx(
 ) -> Path:
     """ONNX of the inference model (``model`` itself if it is one, else its fp32 inference model)
     with a dynamic batch axis; outputs ``loc, logits`` or, with ``postprocess``, ``boxes, scores``."""
+    import torch
+
+    from ssd.boxes import default_boxes
+    from ssd.model import SSDWithPostprocess
+
     model = inference_model(model)
     if model.dtype == torch.bfloat16:
         raise UserError("onnxruntime runs no bfloat16 convolutions: export ONNX in fp32 or fp16")
@@ -80,6 +87,8 @@ def export_onnx(
 def export_torchscript(model: SSD300 | InferenceSSD, path: str | Path, image_size: int = 300) -> Path:
     """Traced TorchScript of the inference model (``model`` itself if it is one, else its fp32 one):
     ``images (N, 3, S, S)`` FP32 -> ``loc``, ``logits`` FP32."""
+    import torch
+
     model = inference_model(model)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,11 +192,16 @@ def write_repository(
     return repo
 
 
+def triton_models(amp: str) -> list[str]:
+    """The models write_repository writes in ``amp``'s precision."""
+    if amp == "bf16":
+        return ["ssd300_torchscript"]
+    return ["ssd300_torchscript", "ssd300_onnx", "ssd300_decoded_onnx", "ssd300_python"]
+
+
 @entry_point
 def main(argv=None) -> None:
     from zoo.cli import AMP_CHOICES, parse_args
-
-    from ssd.evaluate import load_model
 
     p = argparse.ArgumentParser(
         prog="python -m ssd.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -207,13 +221,28 @@ def main(argv=None) -> None:
     p.add_argument("--max-batch-size", type=int, default=16)
     add_repository_args(p, onnx_models="the ONNX models")
     a = parse_args(p, argv)
+
+    import torch
+    from zoo.triton.repository import refuse_existing_models
+
+    from ssd.evaluate import load_model
+    from ssd.model import SSD300
+
+    models = triton_models(a.amp)
+    refuse_existing_models(a.repository, models, force=a.force)
     if a.checkpoint:
         model, _ = load_model(a.checkpoint, "cpu")
     else:
         torch.manual_seed(0)
         model = SSD300(num_classes=a.random_init)
     settings = {"amp": a.amp, "max_batch_size": a.max_batch_size, "instance_kind": a.instance_kind}
-    replace_repository(a.repository, lambda repo: write_repository(model, repo, **settings), f" ({a.amp})")
+    write_repository_models(
+        a.repository,
+        models,
+        lambda repo: write_repository(model, repo, **settings),
+        force=a.force,
+        note=f" ({a.amp})",
+    )
 
 
 if __name__ == "__main__":

@@ -19,12 +19,14 @@ import argparse
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import AMP_CHOICES, entry_point
 
-from bert.inference import inference_model, load_squad_model
-from bert.model import BertForQuestionAnswering
+if TYPE_CHECKING:
+    import torch
+
+    from bert.model import BertForQuestionAnswering
 
 INPUT_NAMES = ["input_ids", "token_type_ids", "attention_mask"]
 OUTPUT_NAMES = ["start_logits", "end_logits"]
@@ -34,6 +36,8 @@ LIBTORCH_OUTPUTS = ["OUTPUT__0", "OUTPUT__1"]
 
 def example_inputs(seq: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Two windows of ``seq`` tokens: ids, type ids, attention mask (int64)."""
+    import torch
+
     return (
         torch.ones(2, seq, dtype=torch.long),
         torch.zeros(2, seq, dtype=torch.long),
@@ -45,6 +49,7 @@ def export_onnx(model: BertForQuestionAnswering, path: str | Path, *, seq: int =
     """``model`` (the inference model, on the CPU) as ONNX with dynamic batch and sequence axes, checked
     by onnx.checker."""
     import onnx
+    import torch
 
     batch, length = (
         torch.export.Dim("batch", max=4096),
@@ -72,6 +77,8 @@ def export_onnx(model: BertForQuestionAnswering, path: str | Path, *, seq: int =
 def export_torchscript(model: BertForQuestionAnswering, path: str | Path, *, seq: int = 32) -> Path:
     """``model`` (the inference model, on the CPU) traced as TorchScript; batch and sequence stay
     dynamic (the model reads them from its inputs' shapes)."""
+    import torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
@@ -92,14 +99,25 @@ def write_repository(
     instance_kind: str = "KIND_GPU",
     torchscript_path: str | Path | None = None,
     amp: str = "fp32",
+    force: bool = False,
 ) -> list[Path]:
     """The Triton models over the exported files: onnxruntime and python backends over ``onnx_path``,
     libtorch over ``torchscript_path`` (each written when its file is given).
 
     ``vocab_size`` and ``type_vocab_size`` (the model's) bound the ids the python model accepts;
-    ``amp`` (the weights' precision) is recorded in each config.pbtxt.
+    ``amp`` (the weights' precision) is recorded in each config.pbtxt. A model ``repo`` already holds
+    is a UserError unless ``force`` (then its folder is replaced whole).
     """
-    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.triton.repository import (
+        ONNX_PYTHON_MODEL,
+        TensorSpec,
+        model_config,
+        refuse_existing_models,
+        write_model,
+    )
+
+    names = triton_models(onnx=onnx_path is not None, libtorch=torchscript_path is not None)
+    refuse_existing_models(repo, names, force=force)
 
     batching = {
         "preferred_batch_size": [max(1, max_batch_size // 2), max_batch_size],
@@ -132,17 +150,24 @@ def write_repository(
             "bert_squad_python", INPUT_NAMES, OUTPUT_NAMES, backend="python", instance_kind="KIND_CPU",
             parameters=value_ranges,
         )  # fmt: skip
-        written.append(write_model(repo, onnx_model, {"model.onnx": Path(onnx_path)}))
-        written.append(
-            write_model(repo, python_model, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": Path(onnx_path)})
-        )
+        written.append(write_model(repo, onnx_model, {"model.onnx": Path(onnx_path)}, force=force))
+        python_files = {"model.py": ONNX_PYTHON_MODEL, "model.onnx": Path(onnx_path)}
+        written.append(write_model(repo, python_model, python_files, force=force))
     if torchscript_path is not None:
         libtorch_model = config(
             "bert_squad_libtorch", LIBTORCH_INPUTS, LIBTORCH_OUTPUTS, platform="pytorch_libtorch",
             instance_kind=instance_kind, parameters={},
         )  # fmt: skip
-        written.append(write_model(repo, libtorch_model, {"model.pt": Path(torchscript_path)}))
+        written.append(write_model(repo, libtorch_model, {"model.pt": Path(torchscript_path)}, force=force))
     return written
+
+
+def triton_models(*, onnx: bool = True, libtorch: bool = True) -> list[str]:
+    """The names write_repository gives the models it writes."""
+    return [
+        *(["bert_squad_onnx", "bert_squad_python"] if onnx else []),
+        *(["bert_squad_libtorch"] if libtorch else []),
+    ]
 
 
 @entry_point
@@ -164,7 +189,14 @@ def main(argv=None) -> None:
         "--amp", choices=AMP_CHOICES, default="fp32",
         help="precision of the exported weights (inputs int64, outputs fp32 either way); bf16: libtorch only",
     )  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = p.parse_args(argv)
+
+    from zoo.triton.repository import refuse_existing_models
+
+    from bert.inference import inference_model, load_squad_model
+
+    refuse_existing_models(args.model_repository, triton_models(onnx=args.amp != "bf16"), force=args.force)
     vocab_size = None
     if args.vocab:
         from zoo.data.wordpiece import load_tokenizer
@@ -183,6 +215,7 @@ def main(argv=None) -> None:
             instance_kind=args.instance_kind,
             torchscript_path=export_torchscript(served, Path(tmp) / "model.pt"),
             amp=args.amp,
+            force=args.force,
         )
         if args.vocab:
             shutil.copy(args.vocab, Path(args.model_repository) / "vocab.txt")

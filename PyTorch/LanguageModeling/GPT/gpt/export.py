@@ -248,11 +248,23 @@ def export_onnx(model: GPT, folder) -> tuple[pathlib.Path, pathlib.Path]:
     return prefill_path, step_path
 
 
-def write_repository(model: GPT, repository, tokenizer_file, eos_id: int) -> pathlib.Path:
-    """Write ``gpt_python`` (module docstring) into ``repository``; returns its folder."""
+def write_repository(
+    model: GPT, repository, tokenizer_file, eos_id: int, *, force: bool = False
+) -> pathlib.Path:
+    """Write ``gpt_python`` (module docstring) into ``repository``; returns its folder. A repository that
+    already holds it is a UserError unless ``force`` (then its folder is replaced whole)."""
     import tempfile
 
-    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.io import atomic_write
+    from zoo.triton.repository import (
+        ONNX_PYTHON_MODEL,
+        TensorSpec,
+        model_config,
+        refuse_existing_models,
+        write_model,
+    )
+
+    refuse_existing_models(repository, [TRITON_MODEL], force=force)
 
     config = model_config(
         TRITON_MODEL,
@@ -284,9 +296,21 @@ def write_repository(model: GPT, repository, tokenizer_file, eos_id: int) -> pat
             "decoder.onnx": step,
             "serving.py": SERVING_FILE,
         }
-        folder = write_model(repository, config, files)
-    shutil.copyfile(tokenizer_file, pathlib.Path(repository) / TOKENIZER)
+        folder = write_model(repository, config, files, force=force)
+    with atomic_write(pathlib.Path(repository) / TOKENIZER) as tmp:
+        shutil.copyfile(tokenizer_file, tmp)
     return folder
+
+
+def refuse_existing_outputs(repository, hf_dir, *, force: bool) -> None:
+    """A UserError, before any work, when the export would replace ``gpt_python`` in ``repository`` or a
+    non-empty ``hf_dir`` and ``force`` is not set."""
+    from zoo.triton.repository import refuse_existing_models
+
+    if repository:
+        refuse_existing_models(repository, [TRITON_MODEL], force=force)
+    if hf_dir and not force and pathlib.Path(hf_dir).is_dir() and any(pathlib.Path(hf_dir).iterdir()):
+        raise UserError(f"{hf_dir} already holds files: pass --force to replace it")
 
 
 @entry_point
@@ -301,9 +325,13 @@ def main(argv=None) -> None:
     parser.add_argument("--tokenizer", default=None, help="tokenizer.json (default: beside the checkpoint)")
     parser.add_argument("--hf-dir", default=None, help="write the Hugging Face model here")
     parser.add_argument("--repository", default=None, help="write the Triton model repository here")
+    parser.add_argument(
+        "--force", action="store_true", help="replace gpt_python in the repository, or the --hf-dir folder"
+    )
     args = parser.parse_args(argv)
     if not args.hf_dir and not args.repository:
         args.repository = "triton_repo"
+    refuse_existing_outputs(args.repository, args.hf_dir, force=args.force)
     model, _ = load_model(args.checkpoint)
     tokenizer_beside(args.checkpoint, args.tokenizer)  # checked before anything is written
     tokenizer_file = (
@@ -314,9 +342,8 @@ def main(argv=None) -> None:
     if args.repository:
         from gpt.data import EOS, load_tokenizer
 
-        shutil.rmtree(pathlib.Path(args.repository) / TRITON_MODEL, ignore_errors=True)
         eos_id = load_tokenizer(tokenizer_file).token_to_id(EOS)
-        folder = write_repository(model, args.repository, tokenizer_file, eos_id)
+        folder = write_repository(model, args.repository, tokenizer_file, eos_id, force=args.force)
         print(f"wrote {folder}")
 
 

@@ -57,21 +57,37 @@ def export_onnx(model, path, num_dense: int, sparse_width: int) -> None:
         )
 
 
-def write_repository(
-    model, repo, num_dense: int, *, max_batch_size: int = 4096, instance_kind: str = "KIND_GPU"
-):
-    """Write dlrm_onnx and dlrm_python into ``repo``; returns the repository path."""
-    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+TRITON_MODELS = ("dlrm_onnx", "dlrm_python")
 
+
+def write_repository(
+    model,
+    repo,
+    num_dense: int,
+    *,
+    max_batch_size: int = 4096,
+    instance_kind: str = "KIND_GPU",
+    force: bool = False,
+):
+    """Write dlrm_onnx and dlrm_python into ``repo``; returns the repository path. A model ``repo``
+    already holds is a UserError unless ``force`` (then its folder is replaced whole)."""
+    import tempfile
+
+    from zoo.triton.repository import (
+        ONNX_PYTHON_MODEL,
+        TensorSpec,
+        model_config,
+        refuse_existing_models,
+        write_model,
+    )
+
+    refuse_existing_models(repo, TRITON_MODELS, force=force)
     repo = pathlib.Path(repo)
-    repo.mkdir(parents=True, exist_ok=True)
     width = sum(model.sparse.hotness)
-    onnx_path = repo / "dlrm.onnx"
-    export_onnx(model, onnx_path, num_dense, width)
     inputs = [TensorSpec("dense", "FP32", [num_dense]), TensorSpec("sparse", "INT64", [width])]
     outputs = [TensorSpec("ctr", "FP32", [1])]
     batching = {"max_queue_delay_microseconds": 100}
-    cfg = model_config(
+    onnx_model = model_config(
         "dlrm_onnx",
         platform="onnxruntime_onnx",
         max_batch_size=max_batch_size,
@@ -80,8 +96,7 @@ def write_repository(
         instance_kind=instance_kind,
         dynamic_batching=batching,
     )
-    write_model(repo, cfg, {"model.onnx": onnx_path})
-    cfg = model_config(
+    python_model = model_config(
         "dlrm_python",
         backend="python",
         max_batch_size=max_batch_size,
@@ -94,10 +109,13 @@ def write_repository(
     # The client side needs each table's rows and hotness to turn one-hot ids into the served input.
     rows = " ".join(str(n) for n in model.sparse.rows)
     hotness = " ".join(str(h) for h in model.sparse.hotness)
-    write_model(repo, cfg, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path})
-    (repo / "dlrm_python" / "rows.txt").write_text(rows + "\n")
-    (repo / "dlrm_python" / "hotness.txt").write_text(hotness + "\n")
-    onnx_path.unlink()
+    client_files = {"rows.txt": f"{rows}\n".encode(), "hotness.txt": f"{hotness}\n".encode()}
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = pathlib.Path(tmp) / "dlrm.onnx"
+        export_onnx(model, onnx_path, num_dense, width)
+        write_model(repo, onnx_model, {"model.onnx": onnx_path}, force=force)
+        files = {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}
+        write_model(repo, python_model, files, force=force, beside_config=client_files)
     return repo
 
 
@@ -111,7 +129,13 @@ def main(argv=None) -> None:
     parser.add_argument("--repository", default="model_repository", help="Triton model repository to write")
     parser.add_argument("--max-batch-size", type=int, default=4096)
     parser.add_argument("--instance-kind", default="KIND_GPU", choices=("KIND_GPU", "KIND_CPU"))
+    parser.add_argument(
+        "--force", action="store_true", help="replace the models if the repository holds them"
+    )
     args = parse_args(parser, argv)
+    from zoo.triton.repository import refuse_existing_models
+
+    refuse_existing_models(args.repository, TRITON_MODELS, force=args.force)
     recipe = recipe_from_args(args)
     checkpoint = args.checkpoint or pathlib.Path(args.results_dir) / "checkpoint"
     model, state = load_plain(recipe, checkpoint)
@@ -121,6 +145,7 @@ def main(argv=None) -> None:
         state["num_dense"],
         max_batch_size=args.max_batch_size,
         instance_kind=args.instance_kind,
+        force=args.force,
     )
     print(f"wrote {repo}/dlrm_onnx and {repo}/dlrm_python")
 

@@ -19,30 +19,25 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
 from zoo.cli import entry_point
-from zoo.coco import add_repository_args, replace_repository
+from zoo.coco import add_repository_args, write_repository_models
+
+if TYPE_CHECKING:
+    from torch import nn
 
 OUTPUTS = ("boxes", "labels", "scores", "masks")
 OPSET = 17
-
-
-class SingleImageModel(nn.Module):
-    """The inference model: one ``(3, H, W)`` image -> (boxes, labels, scores, masks)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, image: torch.Tensor):
-        out = self.model([image])[0]
-        return out["boxes"], out["labels"], out["scores"], out["masks"]
+TRITON_MODELS = ("maskrcnn_onnx", "maskrcnn_python")  # what write_repository writes
 
 
 def export_onnx(model: nn.Module, path, *, sample_size: tuple[int, int] = (160, 192)) -> Path:
     """ONNX file with dynamic image height and width (opset 17), written atomically."""
+    import torch
+
+    from maskrcnn.model import SingleImageModel
+
     module = SingleImageModel(model.eval().float().cpu()).eval()
     sample = torch.rand(3, *sample_size, generator=torch.Generator().manual_seed(0))
     path = Path(path)
@@ -115,9 +110,6 @@ def write_repository(model: nn.Module, repository, *, instance_kind: str = "KIND
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 
-    from maskrcnn.evaluate import load_model
-    from maskrcnn.model import build_model
-
     p = argparse.ArgumentParser(
         prog="python -m maskrcnn.export",
         description=__doc__,
@@ -134,14 +126,23 @@ def main(argv=None) -> None:
     p.add_argument("--num-classes", type=int, default=91, help="with --random-init")
     add_repository_args(p, onnx_models="maskrcnn_onnx")
     a = parse_args(p, argv)
+
+    import torch
+    from zoo.triton.repository import refuse_existing_models
+
+    from maskrcnn.evaluate import load_model
+    from maskrcnn.model import build_model
+
+    refuse_existing_models(a.repository, TRITON_MODELS, force=a.force)
     if a.checkpoint:
         model, _ = load_model(a.checkpoint, "cpu")
     else:
         torch.manual_seed(0)
         model = build_model(a.num_classes, variant=a.random_init)
-    replace_repository(
-        a.repository, lambda repo: write_repository(model, repo, instance_kind=a.instance_kind)
-    )
+    write_repository_models(
+        a.repository, TRITON_MODELS, lambda repo: write_repository(model, repo, instance_kind=a.instance_kind),
+        force=a.force,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -17,14 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import shutil
 import tempfile
 
 import torch
 import zoo.cli
 from zoo.cli import entry_point
 from zoo.errors import UserError
-from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+from zoo.triton.repository import (
+    ONNX_PYTHON_MODEL,
+    TensorSpec,
+    model_config,
+    refuse_existing_models,
+    write_model,
+)
 
 from unet3d import DEFAULT_RECIPE
 from unet3d.checkpoints import trained_model
@@ -47,10 +52,12 @@ def export_onnx(model: torch.nn.Module, path, patch, opset: int = 17) -> pathlib
 
 def export_repository(
     model: torch.nn.Module, repository, *, patch, overlap: float = 0.5, models=MODELS, max_batch_size: int = 4,
-    instance_kind: str = "KIND_GPU",
+    instance_kind: str = "KIND_GPU", force: bool = False,
 ) -> dict[str, pathlib.Path]:  # fmt: skip
     """Write the chosen models of ``model`` into ``repository``; returns {model name: its folder}. Each
-    config.pbtxt records the window shape and overlap the client's sliding window must use."""
+    config.pbtxt records the window shape and overlap the client's sliding window must use. A model the
+    repository already holds is a UserError unless ``force`` (then its folder is replaced whole)."""
+    refuse_existing_models(repository, [f"unet3d_{kind}" for kind in models], force=force)
     repository = pathlib.Path(repository)
     repository.mkdir(parents=True, exist_ok=True)
     written = {}
@@ -76,8 +83,7 @@ def export_repository(
                 if kind == "onnx"
                 else {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}
             )
-            shutil.rmtree(repository / name, ignore_errors=True)
-            written[name] = write_model(repository, config, files)
+            written[name] = write_model(repository, config, files, force=force)
             print(f"wrote {name} ({config.platform or config.backend}) -> {written[name]}")
     return written
 
@@ -94,15 +100,17 @@ def main(argv=None) -> None:
     p.add_argument("--models", default=",".join(MODELS), help=f"comma list of {', '.join(MODELS)}")
     p.add_argument("--max-batch-size", type=int, default=4, help="windows per server batch")
     p.add_argument("--instance-kind", choices=("KIND_GPU", "KIND_CPU"), default="KIND_GPU")
+    p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = zoo.cli.parse_args(p, argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise UserError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    refuse_existing_models(args.repository, [f"unet3d_{kind}" for kind in models], force=args.force)
     model, recipe = trained_model(zoo.cli.recipe_from_args(args), args.checkpoint, args.pretrained)
     export_repository(
         model, args.repository, patch=patch_shape(recipe), overlap=float(recipe["eval"]["overlap"]), models=models,
-        max_batch_size=args.max_batch_size, instance_kind=args.instance_kind,
+        max_batch_size=args.max_batch_size, instance_kind=args.instance_kind, force=args.force,
     )  # fmt: skip
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import shutil
 import tempfile
 
 import torch
@@ -118,10 +117,19 @@ def export_onnx(model: RNNT, features: dict, folder) -> dict:
     return paths
 
 
-def write_repository(recognizer, repository) -> pathlib.Path:
-    """Write ``rnnt_python`` (module docstring) and tokenizer.model into ``repository``; returns its path."""
+def write_repository(recognizer, repository, *, force: bool = False) -> pathlib.Path:
+    """Write ``rnnt_python`` (module docstring) and tokenizer.model into ``repository``; returns its path.
+    A repository that already holds ``rnnt_python`` is a UserError unless ``force`` (then it is replaced whole)."""
     from zoo.io import atomic_write
-    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    from zoo.triton.repository import (
+        ONNX_PYTHON_MODEL,
+        TensorSpec,
+        model_config,
+        refuse_existing_models,
+        write_model,
+    )
+
+    refuse_existing_models(repository, [TRITON_MODEL], force=force)
 
     model, settings = recognizer.model, recognizer.settings
     repo = pathlib.Path(repository)
@@ -153,7 +161,7 @@ def write_repository(recognizer, repository) -> pathlib.Path:
             "joint.onnx": paths["joint"],
             "greedy.py": GREEDY_FILE,
         }
-        write_model(repo, config, files)
+        write_model(repo, config, files, force=force)
     with atomic_write(repo / "tokenizer.model") as tmp:
         pathlib.Path(tmp).write_bytes(settings["tokenizer"])
     return repo
@@ -170,12 +178,17 @@ def main(argv=None) -> pathlib.Path:
     )
     parser.add_argument("--checkpoint", required=True, help="model.pt written by train.py")
     parser.add_argument(
-        "--repository", default="triton_repo", help="model repository folder (its model is replaced)"
+        "--repository", default="triton_repo", help="the Triton model repository to write into"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help=f"replace {TRITON_MODEL} if the repository holds it"
     )
     args = parser.parse_args(argv)
+    from zoo.triton.repository import refuse_existing_models
+
+    refuse_existing_models(args.repository, [TRITON_MODEL], force=args.force)
     recognizer = load_recognizer(args.checkpoint)
-    shutil.rmtree(pathlib.Path(args.repository) / TRITON_MODEL, ignore_errors=True)
-    repo = write_repository(recognizer, args.repository)
+    repo = write_repository(recognizer, args.repository, force=args.force)
     print(f"wrote {repo / TRITON_MODEL}")
     return repo
 

@@ -17,7 +17,6 @@ row the best translation, eos-padded. The client tokenizes with the tokenizer.js
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -112,9 +111,20 @@ def write_repository(
     length_penalty=0.6,
     max_length_a=1.2,
     max_length_b=10,
+    force: bool = False,
 ) -> Path:
-    """Write ``transformer_python`` (module docstring) into ``repository``; returns its path."""
-    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    """Write ``transformer_python`` (module docstring) into ``repository``; returns its path. A repository
+    that already holds it is a UserError unless ``force`` (then its folder is replaced whole)."""
+    from zoo.io import atomic_write
+    from zoo.triton.repository import (
+        ONNX_PYTHON_MODEL,
+        TensorSpec,
+        model_config,
+        refuse_existing_models,
+        write_model,
+    )
+
+    refuse_existing_models(repository, [TRITON_MODEL], force=force)
 
     repo = Path(repository)
     settings = {
@@ -144,9 +154,10 @@ def write_repository(
             "decoder.onnx": decoder,
             "beam.py": BEAM_FILE,
         }
-        write_model(repo, config, files)
+        write_model(repo, config, files, force=force)
     if tokenizer is not None:
-        tokenizer.save(str(repo / "tokenizer.json"))
+        with atomic_write(repo / "tokenizer.json") as tmp:
+            tokenizer.save(str(tmp))
     return repo
 
 
@@ -168,16 +179,21 @@ def main(argv=None) -> None:
         help="data folder whose tokenizer.json to ship (default: beside the checkpoint)",
     )
     parser.add_argument(
-        "--repository", default="triton_repo", help="model repository folder (its model is replaced)"
+        "--repository", default="triton_repo", help="the Triton model repository to write into"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help=f"replace {TRITON_MODEL} if the repository holds it"
     )
     parser.add_argument("--beam", type=int, default=None, help="beam size served (default: the checkpoint's)")
     args = parser.parse_args(argv)
     if args.beam is not None and args.beam < 1:
         raise UserError(f"--beam must be a positive integer, not {args.beam}")
+    from zoo.triton.repository import refuse_existing_models
+
+    refuse_existing_models(args.repository, [TRITON_MODEL], force=args.force)
     model, settings = load_model(args.checkpoint)
     tokenizer = tokenizer_for(args.data_dir, args.checkpoint)
     eval_cfg = settings["eval"]
-    shutil.rmtree(Path(args.repository) / TRITON_MODEL, ignore_errors=True)
     repo = write_repository(
         model,
         args.repository,
@@ -186,6 +202,7 @@ def main(argv=None) -> None:
         length_penalty=eval_cfg["length_penalty"],
         max_length_a=eval_cfg["max_length_a"],
         max_length_b=eval_cfg["max_length_b"],
+        force=args.force,
     )
     print(f"wrote {repo / TRITON_MODEL}")
 

@@ -98,9 +98,19 @@ def write_repository(
     image_size: int,
     max_batch_size: int = 64,
     instance_kind: str = "KIND_GPU",
+    force: bool = False,
 ) -> list[Path]:
-    """The three Triton models (see the module docstring); returns their directories."""
-    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    """The three Triton models (see the module docstring); returns their directories. A model ``repo``
+    already holds is a UserError unless ``force`` (then its folder, SavedModel and all, is replaced whole)."""
+    from zoo.triton.repository import (
+        ONNX_PYTHON_MODEL,
+        TensorSpec,
+        model_config,
+        refuse_existing_models,
+        write_model,
+    )
+
+    refuse_existing_models(repo, triton_models(savedmodel is not None), force=force)
 
     inputs = [TensorSpec(INPUT, "FP32", [3, image_size, image_size])]
     outputs = [TensorSpec(OUTPUT, "FP32", [len(classes)])]
@@ -141,12 +151,13 @@ def write_repository(
     written = []
     for config, files in models:
         config.output[0].label_filename = "labels.txt"
-        model_dir = write_model(repo, config, files)
-        tmp = model_dir / "labels.txt.tmp"
-        tmp.write_bytes(labels)
-        os.replace(tmp, model_dir / "labels.txt")
-        written.append(model_dir)
+        written.append(write_model(repo, config, files, force=force, beside_config={"labels.txt": labels}))
     return written
+
+
+def triton_models(savedmodel: bool = True) -> list[str]:
+    """The names of the models write_repository writes."""
+    return [*(["resnet50_tf_savedmodel"] if savedmodel else []), "resnet50_tf_onnx", "resnet50_tf_python"]
 
 
 @entry_point
@@ -165,9 +176,13 @@ def main(argv=None) -> list[Path]:
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--instance-kind", default="KIND_GPU", choices=["KIND_GPU", "KIND_CPU"])
     p.add_argument("--no-savedmodel", action="store_true", help="ONNX and python models only")
+    p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = p.parse_args(argv)
     if args.max_batch_size < 1:
         raise UserError("--max-batch-size must be >= 1")
+    from zoo.triton.repository import refuse_existing_models
+
+    refuse_existing_models(args.model_repository, triton_models(not args.no_savedmodel), force=args.force)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from resnet50_tf.checkpoint import load_keras_applications_model, load_model_from_run, resolve_checkpoint
 
@@ -187,14 +202,21 @@ def main(argv=None) -> list[Path]:
     classes = info.get("classes") or [str(i) for i in range(info["num_classes"])]
     repo = Path(args.model_repository)
     repo.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=repo, prefix=".export-") as work:
+    with tempfile.TemporaryDirectory(dir=repo, prefix=f".zoo-export-{os.getpid()}-") as work:
         work = Path(work)
         savedmodel = (
             None if args.no_savedmodel else export_savedmodel(model, image_size, work / "model.savedmodel")
         )
         onnx_path = export_onnx(model, image_size, work / "model.onnx")
         written = write_repository(
-            repo, savedmodel, onnx_path, classes, image_size, args.max_batch_size, args.instance_kind
+            repo,
+            savedmodel,
+            onnx_path,
+            classes,
+            image_size,
+            args.max_batch_size,
+            args.instance_kind,
+            args.force,
         )
     for model_dir in written:
         print(f"wrote {model_dir}")

@@ -106,9 +106,20 @@ def write_repository(
     type_vocab_size: int = 2,
     max_batch_size: int = 16,
     instance_kind: str = "KIND_GPU",
+    force: bool = False,
 ) -> list[Path]:
-    """The three Triton models (module docstring) and the vocabulary; returns the model directories."""
-    from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+    """The three Triton models (module docstring) and the vocabulary; returns the model directories. A
+    model ``repo`` already holds is a UserError unless ``force`` (then its folder, SavedModel and all, is
+    replaced whole)."""
+    from zoo.triton.repository import (
+        ONNX_PYTHON_MODEL,
+        TensorSpec,
+        model_config,
+        refuse_existing_models,
+        write_model,
+    )
+
+    refuse_existing_models(repo, triton_models(savedmodel is not None), force=force)
 
     inputs = [TensorSpec(name, "INT64", [-1]) for name in INPUT_NAMES]
     outputs = [TensorSpec(name, "FP32", [-1]) for name in OUTPUT_NAMES]
@@ -138,11 +149,16 @@ def write_repository(
         "bert_tf_python", backend="python", instance_kind="KIND_CPU", parameters=value_ranges, **common
     )
     models.append((python, {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}))
-    written = [write_model(repo, config, files) for config, files in models]
+    written = [write_model(repo, config, files, force=force) for config, files in models]
     tmp = Path(repo) / "vocab.txt.tmp"
     shutil.copyfile(vocab, tmp)
     os.replace(tmp, Path(repo) / "vocab.txt")
     return written
+
+
+def triton_models(savedmodel: bool = True) -> list[str]:
+    """The names of the models write_repository writes."""
+    return [*(["bert_tf_savedmodel"] if savedmodel else []), "bert_tf_onnx", "bert_tf_python"]
 
 
 def load_squad_model(checkpoint, vocab_size: int, model_name: str = "bert-large"):
@@ -175,9 +191,13 @@ def main(argv=None) -> list[Path]:
     p.add_argument("--max-batch-size", type=int, default=16)
     p.add_argument("--instance-kind", default="KIND_GPU", choices=["KIND_GPU", "KIND_CPU"])
     p.add_argument("--no-savedmodel", action="store_true", help="ONNX and python models only")
+    p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = p.parse_args(argv)
     if args.max_batch_size < 1:
         raise UserError("--max-batch-size must be >= 1")
+    from zoo.triton.repository import refuse_existing_models
+
+    refuse_existing_models(args.model_repository, triton_models(not args.no_savedmodel), force=args.force)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from zoo.data.wordpiece import load_tokenizer
 
@@ -185,14 +205,14 @@ def main(argv=None) -> list[Path]:
     model = load_squad_model(args.checkpoint, vocab_size, args.model)
     repo = Path(args.model_repository)
     repo.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=repo, prefix=".export-") as work:
+    with tempfile.TemporaryDirectory(dir=repo, prefix=f".zoo-export-{os.getpid()}-") as work:
         work = Path(work)
         savedmodel = None if args.no_savedmodel else export_savedmodel(model, work / "model.savedmodel")
         onnx_path = export_onnx(model, work / "model.onnx")
         written = write_repository(
             repo, savedmodel, onnx_path, Path(args.vocab), vocab_size=vocab_size,
             type_vocab_size=model.config.type_vocab_size, max_batch_size=args.max_batch_size,
-            instance_kind=args.instance_kind,
+            instance_kind=args.instance_kind, force=args.force,
         )  # fmt: skip
     for model_dir in written:
         print(f"wrote {model_dir}")

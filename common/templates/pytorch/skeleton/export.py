@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import shutil
 import tempfile
 
 import torch
 from zoo.cli import entry_point
-from zoo.errors import UserError
-from zoo.triton.repository import ONNX_PYTHON_MODEL, TensorSpec, model_config, write_model
+from zoo.triton.repository import (
+    ONNX_PYTHON_MODEL,
+    TensorSpec,
+    model_config,
+    refuse_existing_models,
+    write_model,
+)
 
 from skeleton.data import CLASSES, FEATURES
 from skeleton.evaluate import load_trained
@@ -40,12 +44,11 @@ def export_onnx(model: torch.nn.Module, path) -> pathlib.Path:
 def export_repository(
     model: torch.nn.Module, repository, *, force: bool = False, max_batch_size: int = 64
 ) -> dict:
-    """Write both models into ``repository``; returns {name: folder}."""
+    """Write both models into ``repository``; returns {name: folder}. A model the repository already
+    holds is a UserError unless ``force`` (then its folder is replaced whole)."""
     repository = pathlib.Path(repository)
     names = {kind: f"skeleton_{kind}" for kind in MODELS}
-    existing = [name for name in names.values() if (repository / name).exists()]
-    if existing and not force:
-        raise UserError(f"{repository} already holds {', '.join(existing)}: pass --force to replace")
+    refuse_existing_models(repository, names.values(), force=force)
     written = {}
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path = export_onnx(model.cpu().eval(), pathlib.Path(tmp) / "model.onnx")
@@ -61,8 +64,7 @@ def export_repository(
                 if kind == "onnx"
                 else {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}
             )
-            shutil.rmtree(repository / name, ignore_errors=True)
-            written[name] = write_model(repository, config, files)
+            written[name] = write_model(repository, config, files, force=force)
             print(f"wrote {name} -> {written[name]}")
     return written
 
@@ -74,6 +76,7 @@ def main(argv=None) -> None:
     p.add_argument("--repository", default="model_repository", help="the Triton model repository to write")
     p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = p.parse_args(argv)
+    refuse_existing_models(args.repository, [f"skeleton_{kind}" for kind in MODELS], force=args.force)
     model, _ = load_trained(args.checkpoint)
     export_repository(model, args.repository, force=args.force)
 
