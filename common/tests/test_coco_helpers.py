@@ -65,18 +65,114 @@ def test_scores_are_logged_in_the_vocabulary_and_every_target_must_be_reached():
     assert accuracy[-1] == ({"BBOX": 0.38, "SEGM": 0.34}, 2)
 
 
-def test_a_failed_export_leaves_the_earlier_repository_whole(tmp_path):
+def test_a_detector_export_keeps_other_models_and_replaces_its_own_only_with_force(tmp_path):
     import pytest
-    from zoo.coco import replace_repository
+    from zoo.coco import write_repository_models
+    from zoo.errors import UserError
+
+    def model(name, text):
+        def write(folder):
+            (folder / name).mkdir()
+            (folder / name / "config.pbtxt").write_text(text)
+
+        return write
 
     repo = tmp_path / "triton_repo"
-    replace_repository(repo, lambda folder: (folder / "model_a").mkdir())
+    write_repository_models(repo, ["model_a"], model("model_a", "old"))
+    write_repository_models(repo, ["other"], model("other", "kept"))
+    with pytest.raises(UserError, match="model_a already exists: pass --force"):
+        write_repository_models(repo, ["model_a"], model("model_a", "new"))
+    assert (repo / "model_a" / "config.pbtxt").read_text() == "old"
 
     def broken(folder):
-        (folder / "model_b").mkdir()
+        model("model_a", "half")(folder)
         raise RuntimeError("export failed")
 
     with pytest.raises(RuntimeError):
-        replace_repository(repo, broken)
+        write_repository_models(repo, ["model_a"], broken, force=True)
+    assert (repo / "model_a" / "config.pbtxt").read_text() == "old"
+    write_repository_models(repo, ["model_a"], model("model_a", "new"), force=True)
     assert [p.name for p in tmp_path.iterdir()] == ["triton_repo"]
-    assert [p.name for p in repo.iterdir()] == ["model_a"]
+    assert sorted(p.name for p in repo.iterdir()) == ["model_a", "other"]
+    assert (repo / "model_a" / "config.pbtxt").read_text() == "new"
+    assert (repo / "other" / "config.pbtxt").read_text() == "kept"
+
+
+SLOW_SCORE = """
+import time
+
+
+def score(annotation_file, results, image_ids):
+    time.sleep(300)
+    return {}
+"""
+
+TRAINING = """
+import time
+
+import slow_score
+from zoo.coco import AsyncScorer
+
+scorer = AsyncScorer(slow_score.score)
+scorer.submit(1, "instances_val.json", [])
+print("scoring", flush=True)
+time.sleep(300)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) processes whose parent is ``pid``."""
+    import pathlib
+
+    found = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    import pathlib
+
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_the_background_scorer_and_resource_tracker_end_with_a_training_killed_by_sigkill(tmp_path):
+    """kill -9 of training (--async-eval) runs no clean-up: its scorer process gets SIGKILL from the kernel
+    (PR_SET_PDEATHSIG), and multiprocessing's resource tracker, whose pipe nobody holds then, ends too."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pytest
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    (tmp_path / "slow_score.py").write_text(SLOW_SCORE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    training = subprocess.Popen(
+        [sys.executable, "-c", TRAINING], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert training.stdout.readline().strip() == "scoring"
+        deadline = time.monotonic() + 60
+        while len(children := _children(training.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the scorer and the resource tracker
+        assert len(children) == 2, children
+        time.sleep(2)  # the scorer is past its start-up and sleeping in score()
+    finally:
+        training.send_signal(signal.SIGKILL)
+        training.wait()
+    deadline = time.monotonic() + 20
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in children if _alive(pid)]

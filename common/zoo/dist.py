@@ -1,6 +1,8 @@
 """Rank, local rank and world size from the launcher's environment: torchrun, SLURM, MPI, or none.
 
 Checked in this order, so that torchrun started inside an ``srun`` step wins over SLURM's variables.
+A helper process (a Triton server, a background scorer) calls ``end_with_parent`` so that it does not
+outlive a parent killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -126,3 +128,18 @@ def _slurm_tasks_on_node(env: Mapping) -> int:
         counts += [int(match.group(1))] * int(match.group(2) or 1)
     node = int(env.get("SLURM_NODEID", 0))
     return counts[node] if node < len(counts) else counts[-1]
+
+
+def end_with_parent(sig: int, parent: int | None = None) -> None:
+    """Called in a child process: the kernel sends it ``sig`` when its parent dies (Linux
+    PR_SET_PDEATHSIG), so a parent killed with SIGKILL, whose clean-up never runs, leaves no child
+    behind. ``parent``: the pid the child was started by; a child whose parent died before this call
+    gets ``sig`` at once. Elsewhere than Linux: nothing."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)

@@ -3,7 +3,10 @@ names of zoo.metrics, in a background process while training goes on, and a run'
 epochs are scored, the scores logged to metrics.jsonl and MLPerf, the targets checked)."""
 
 import concurrent.futures
+import functools
 import multiprocessing
+import os
+import signal
 import sys
 
 
@@ -20,12 +23,18 @@ def merge_rank_detections(parts: list[list[dict]]) -> list[dict]:
 
 class AsyncScorer:
     """Runs ``score(annotation_file, results, image_ids)`` (a module-level function, e.g. a model's
-    pycocotools mAP) in a background process, so training goes on while it scores."""
+    pycocotools mAP) in a background process, so training goes on while it scores. The process ends
+    with training however training ends, SIGKILL included (zoo.dist.end_with_parent), and with it
+    multiprocessing's resource tracker (it stops once no process holds its pipe)."""
 
     def __init__(self, score) -> None:
+        from zoo.dist import end_with_parent
+
         self._score = score
         self._pool = concurrent.futures.ProcessPoolExecutor(
-            1, mp_context=multiprocessing.get_context("spawn")
+            1,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=functools.partial(end_with_parent, signal.SIGKILL, os.getpid()),
         )
         self._pending: list[tuple[int, concurrent.futures.Future]] = []
 
@@ -113,7 +122,11 @@ class Evaluation:
 
     ``epochs``: the epochs scored among those ``run.eval_every`` makes due (None: all of them; ``[]``:
     none). ``annotation_file`` None (no validation set): nothing is ever due. ``targets``: {metric:
-    value or None} in zoo.metrics' units; the run stops once every one given is reached.
+    value or None} in zoo.metrics' units; the run stops once every one given is reached. ``checkpoint``
+    (RESULTS_DIR/checkpoint.pt; the model calls :meth:`saved` after writing it): a score that beats the
+    earlier ones on ``run.target.metric`` copies the checkpoint of its epoch to best.pt (zoo.retention),
+    where that checkpoint is still there (a background score arrives later: keep it with
+    ``run.keep_checkpoints`` of 2 or more).
     """
 
     def __init__(
@@ -129,6 +142,7 @@ class Evaluation:
         env,
         device,
         asynchronous: bool = False,
+        checkpoint=None,
     ) -> None:
         import functools
 
@@ -140,6 +154,7 @@ class Evaluation:
         self._background = AsyncScorer(self._score) if asynchronous and env.is_primary else None
         self._steps: dict[int, int] = {}  # epoch -> the step its background score is logged at
         self._reached = False
+        self.checkpoint, self._saved_epoch, self._best = checkpoint, None, None
 
     def due(self, epoch: int) -> bool:
         """Whether the model is scored after ``epoch`` (1-based): due by ``run.eval_every`` (null: the
@@ -149,6 +164,10 @@ class Evaluation:
         every = self.run.eval_every
         due = every.due(epoch, 0) if every is not None else epoch == self.run.epochs
         return due and (self.epochs is None or epoch in self.epochs)
+
+    def saved(self, epoch: int) -> None:
+        """The checkpoint now holds the weights after ``epoch`` (rank 0 calls it after each save)."""
+        self._saved_epoch = epoch
 
     def start(self, epoch: int) -> None:
         self.mlperf.eval_start(epoch)
@@ -208,3 +227,18 @@ class Evaluation:
         wanted = {name: value for name, value in self.targets.items() if value is not None}
         if wanted and all(reached(name, scores[name], value) for name, value in wanted.items()):
             self._reached = True
+        self._keep_best(epoch, step, scores.get(self.run.target.metric))
+
+    def _keep_best(self, epoch: int, step: int, value) -> None:
+        """best.pt: the checkpoint of ``epoch`` when its score beats every earlier one (zoo.retention)."""
+        import pathlib
+
+        from zoo.retention import improves, mark_best, numbered_name
+
+        if self.checkpoint is None or not improves(self.run.target.metric, value, self._best):
+            return
+        self._best = value
+        checkpoint = pathlib.Path(self.checkpoint)
+        source = checkpoint if self._saved_epoch == epoch else numbered_name(checkpoint, step)
+        if source.is_file():
+            mark_best(source)

@@ -14,6 +14,7 @@ see exit_on_termination_signals). A server that cannot start is a :class:`Server
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
 import pathlib
@@ -27,6 +28,7 @@ import tempfile
 import time
 import urllib.request
 
+from zoo.dist import end_with_parent
 from zoo.errors import UserError
 
 
@@ -123,7 +125,8 @@ class TritonServer:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self._workdir, start_new_session=True,
-                preexec_fn=_stop_with_parent,
+                # SIGTERM when this process dies, even by SIGKILL (the server then stops its python stubs)
+                preexec_fn=functools.partial(end_with_parent, signal.SIGTERM, os.getpid()),
             )  # fmt: skip
 
     def stop(self):
@@ -257,18 +260,6 @@ def _free_port() -> int:
 
 def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "") else host
-
-
-def _stop_with_parent() -> None:
-    """In the server's process before it starts: the kernel sends it SIGTERM when the process that started
-    it dies (PR_SET_PDEATHSIG), so a deploy killed with SIGKILL, whose clean-up never runs, still takes
-    its server (and the server its python stubs) down. Linux only; elsewhere nothing."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
 
 
 def work_dir_prefix(kind: str) -> str:
