@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 BERT = "PyTorch/LanguageModeling/BERT"
 BERT_TINY = f"{ROOT / BERT}/configs/pretrain_tiny_cpu.yaml"
@@ -86,6 +86,12 @@ ROWS: list[Row] = [
                 ["squad", *BERT_SQUAD, "--data-dir", "{squad_past_context}", "--do-train"],
                 "past its context",
             ),
+            (
+                "squad-results-hold-a-fine-tuned-model",
+                ["squad", *BERT_SQUAD, "--data-dir", "{squad}"],
+                ("results/squad_model.pt exists", "pass --force"),
+                {"files": {"results/squad_model.pt": "an earlier fine-tuning's weights"}},
+            ),
         ],
     ),  # fmt: skip,
     *rows_for(
@@ -143,5 +149,14 @@ ROWS: list[Row] = [
         BERT,
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
+    ),
+    *rows_for(
+        BERT,
+        "export_triton.sh",
+        [
+            repository_holds(
+                "bert_squad_onnx", ["--checkpoint", "{text}", "--vocab", "{bert_vocab}"], "--model-repository"
+            )
+        ],
     ),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 TF_BERT = "TensorFlow/LanguageModeling/BERT"
 TF_BERT_TINY = f"{ROOT / TF_BERT}/configs/pretrain_tiny_cpu.yaml"
@@ -69,6 +69,18 @@ ROWS: list[Row] = [
                 ["squad", *TF_BERT_SQUAD, "--data-dir", "{squad_no_answer}", "--do-train"],
                 "has no answer",
             ),
+            (
+                "squad-results-hold-a-fine-tuned-model",
+                ["squad", *TF_BERT_SQUAD, "--data-dir", "{squad}"],
+                ("results/squad_model.npz exists", "pass --force"),
+                {"files": {"results/squad_model.npz": "an earlier fine-tuning's weights"}},
+            ),
+            (  # fine-tuning would prune the pretraining run's step folders
+                "squad-results-hold-a-checkpoint",
+                ["squad", *TF_BERT_SQUAD, "--data-dir", "{squad}"],
+                ("results/checkpoint exists", "pass --force"),
+                {"files": {"results/checkpoint/latest.json": '{"step": "step_00000010"}'}},
+            ),
         ],
     ),  # fmt: skip,
     *rows_for(
@@ -102,6 +114,15 @@ ROWS: list[Row] = [
         TF_BERT,
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
+    ),
+    *rows_for(
+        TF_BERT,
+        "export_triton.sh",
+        [
+            repository_holds(
+                "bert_tf_python", ["--checkpoint", "{text}", "--vocab", "{bert_vocab}"], "--model-repository"
+            )
+        ],
     ),
     # a training checkpoint cut short, at every entry point that reads one; damaged data; a pull cut short
     *rows_for(

@@ -15,8 +15,8 @@ import dataclasses
 import itertools
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.bert import fine_tuned_state, parse_squad_args, squad_parser, squad_recipe
 from zoo.checkpoints import CheckpointError
 from zoo.cli import entry_point
@@ -28,14 +28,13 @@ from zoo.log import MetricsLogger
 from zoo.recipe import run_config
 from zoo.torch import broadcast_flag, close_distributed, fast_math, init_distributed, seed_everything
 
-from bert import convert
-from bert.data import SquadBatches
-from bert.engine import TrainWindow, evaluate_squad, train_one_epoch
-from bert.model import BertConfig, BertForQuestionAnswering, bert_config
-from bert.step import SQUAD_RECIPE, squad_step
+if TYPE_CHECKING:
+    from bert.model import BertForQuestionAnswering
 
 
 def parse_args(argv=None):
+    from bert import SQUAD_RECIPE
+
     p = squad_parser(
         "python -m bert.finetune_squad",
         "SQuAD v1.1 fine-tuning / prediction.",
@@ -47,6 +46,11 @@ def parse_args(argv=None):
 
 
 def build_model(recipe, vocab_size: int, init_checkpoint: str | None) -> BertForQuestionAnswering:
+    import torch
+
+    from bert import convert
+    from bert.model import BertConfig, BertForQuestionAnswering, bert_config
+
     config = bert_config(recipe["model"], vocab_size=vocab_size)
     if init_checkpoint and Path(init_checkpoint).is_file():
         try:  # our checkpoints carry their architecture
@@ -70,6 +74,10 @@ def fine_tune(
 ) -> tuple[int, dict | None, int]:
     """Train for run.epochs (or run.steps); with --do-predict, score the dev set every run.eval_every
     epochs and stop once F1 reaches run.target. Returns (steps trained, last scores, the step they scored)."""
+    from bert.data import SquadBatches
+    from bert.engine import TrainWindow, evaluate_squad, train_one_epoch
+    from bert.step import squad_step
+
     run = run_config(recipe)
     window = dict(max_seq=recipe["max_seq"], doc_stride=recipe["doc_stride"], max_query=recipe["max_query"])
     features = make_features(examples, tokenizer, **window)
@@ -118,6 +126,8 @@ def fine_tuned(model, recipe: dict, vocab) -> dict:
 
 def read_fine_tuned(path) -> dict | None:
     """The fields of a squad_model.pt (weights-only load), None for another file (its loader says why)."""
+    import torch
+
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # noqa: BLE001 - not a torch file: convert.load_into reports what it is
@@ -129,6 +139,11 @@ def main(argv=None) -> dict | None:
     """Fine-tune and/or predict; returns the dev scores on the primary rank (None elsewhere or
     without --do-predict)."""
     args = parse_args(argv)
+
+    import torch
+
+    from bert.engine import evaluate_squad
+
     # a fine-tuned checkpoint alone: prediction takes its recipe and vocabulary unless flags say otherwise
     recipe = squad_recipe(args, saved=fine_tuned_state(args, read_fine_tuned))
     run = run_config(recipe, args.recipe)
