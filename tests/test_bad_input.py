@@ -25,6 +25,10 @@ A row's arguments may name these placeholders (filled in per row, see ``_paths``
     {bert_vocab} {bert_data} {bert_truncated} {squad} {squad_no_answer} {squad_past_context}
     {wiki_unfinished}   BERT's (see BERT_FIXTURES); {bert_ids_beyond_vocab} {bert_lying_metadata}
                 {bert_metadata_not_json} damaged copies of {bert_data} (see _damaged_copies)
+    {numbers_offsets_reversed} {numbers_ids_beyond_vocab} {numbers_cut_shard} {criteo_meta_20_tables}
+    {criteo_meta_not_json} {criteo_label_7} {criteo_nan_feature} {criteo_cut_shard}   damaged copies of
+                {numbers} and {criteo}; {transformer_model} an untrained model.pt and its tokenizer.json
+                (see FIXTURES)
     {tf_r50_cut_checkpoint} {tf_bert_cut_checkpoint} {mx_cut_states}   results directories whose
                 training checkpoint lost the second half of a file (see TF_FIXTURES, MX_FIXTURES)
     {pulls}     registries (hdf5.yaml, savedmodel.yaml, mxnet-params.yaml) naming one digestless
@@ -78,6 +82,55 @@ make_numbers(root / "numbers", train=200, valid=20, test=20, vocab_size=120)
 
 from dlrm.download import write_synthetic
 write_synthetic(root / "criteo", train_rows=1024, val_rows=512, seed=0)
+
+# Damaged copies, one fault each: Transformer shards (offsets reversed, a token id past the vocabulary,
+# cut in half), DLRM data (meta.json naming 20 of 26 tables or not JSON, a label of 7, a NaN feature,
+# a shard cut in half); and an untrained Transformer model.pt with its tokenizer.json.
+import json
+import shutil
+
+import numpy as np
+
+def damaged(name, source, file):
+    shutil.copytree(root / source, root / name)
+    return root / name / file
+
+def change_npz(path, change):
+    arrays = dict(np.load(path))
+    change(arrays)
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+def poke(path, offset, value):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(np.float32(value).tobytes())
+
+def reverse_offsets(arrays):
+    arrays["src_offsets"] = arrays["src_offsets"][::-1].copy()
+
+change_npz(damaged("numbers_offsets_reversed", "numbers", "train.001.npz"), reverse_offsets)
+change_npz(damaged("numbers_ids_beyond_vocab", "numbers", "train.001.npz"), lambda a: a["tgt"].put(5, 5000))
+cut = damaged("numbers_cut_shard", "numbers", "train.001.npz")
+cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+meta = damaged("criteo_meta_20_tables", "criteo", "meta.json")
+meta.write_text(json.dumps({**json.loads(meta.read_text()), "num_embeddings": [65] * 20}))
+damaged("criteo_meta_not_json", "criteo", "meta.json").write_text('{"format": "dlrm-bin-1",')
+poke(damaged("criteo_label_7", "criteo", "train/part-00000.bin"), 32 + 4 * 5, 7)
+poke(damaged("criteo_nan_feature", "criteo", "train/part-00000.bin"), 32 + 4 * 1024 + 4 * 40, float("nan"))
+cut = damaged("criteo_cut_shard", "criteo", "train/part-00000.bin")
+cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+
+from transformer.data import load_tokenizer
+from transformer.model import build_model
+from transformer.train import save_model
+from zoo.recipe import load_recipe
+
+recipe = load_recipe(Path(sys.argv[3]) / "configs" / "numbers_cpu.yaml")
+vocab_size = load_tokenizer(root / "numbers").get_vocab_size()
+(root / "transformer_model").mkdir()
+save_model(root / "transformer_model" / "model.pt", build_model(recipe["model"], vocab_size), recipe, vocab_size)
+shutil.copy(root / "numbers" / "tokenizer.json", root / "transformer_model")
 """
 
 
@@ -301,6 +354,9 @@ def fixtures(tmp_path_factory, pull_server) -> dict[str, Path]:
     names += ["tf_r50_cut_checkpoint", "tf_bert_cut_checkpoint", "mx_cut_states"]
     names += ["squad_past_context", "wiki_unfinished", "mx_digits", "mx_truncated", "tf_digits"]
     names += ["tf_truncated", "tf_missing_shard", "tf_five_classes"]
+    names += ["numbers_offsets_reversed", "numbers_ids_beyond_vocab", "numbers_cut_shard"]
+    names += ["transformer_model", "criteo_cut_shard"]
+    names += ["criteo_meta_20_tables", "criteo_meta_not_json", "criteo_label_7", "criteo_nan_feature"]
     return {
         "text": root / "notes.txt",
         "foreign": root / "resnet18_checkpoint.pt",
@@ -358,6 +414,8 @@ def run_row(row: Row, sandbox: Path, fixtures: dict) -> Outcome:
     for relative, text in (row.files or {}).items():
         (sandbox / relative).parent.mkdir(parents=True, exist_ok=True)
         (sandbox / relative).write_text(text)
+    for relative, target in (row.links or {}).items():
+        (sandbox / relative).symlink_to(target)
     args = [arg.format(**paths) for arg in row.args]
     env = model_env(ROOT / row.model)
     env.update(ZOO_CACHE=paths["cache"], RESULTS_DIR=paths["results"], OMP_NUM_THREADS="1")

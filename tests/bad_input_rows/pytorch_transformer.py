@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 TRANSFORMER = "PyTorch/Translation/Transformer"
 TRANSFORMER_TINY = f"{ROOT / TRANSFORMER}/configs/numbers_cpu.yaml"
@@ -13,6 +13,80 @@ TRANSFORMER_TRAIN += ["--device", "cpu"]
 
 
 ROWS: list[Row] = [
+    # Counts of the model section, the position table, and prepared data that fail before training
+    *rows_for(
+        TRANSFORMER,
+        "train.sh",
+        [
+            (
+                "encoder-layers-0",
+                [*TRANSFORMER_TRAIN, "--set", "model.encoder_layers=0"],
+                "model.encoder_layers must be a positive integer",
+            ),
+            (
+                "max-positions-0",
+                [*TRANSFORMER_TRAIN, "--set", "model.max_positions=0"],
+                "model.max_positions must be a positive integer",
+            ),
+            (
+                "max-positions-below-max-length",
+                [*TRANSFORMER_TRAIN, "--set", "model.max_positions=8"],
+                "data.max_length 64 is longer than model.max_positions 8",
+            ),
+            *[
+                (
+                    name,
+                    [*TRANSFORMER_TRAIN[:2], "--data-dir", "{" + data + "}", *TRANSFORMER_TRAIN[4:]],
+                    expect,
+                )
+                for name, data, expect in [
+                    ("offsets-reversed", "numbers_offsets_reversed", "src_offsets do not cut its"),
+                    (
+                        "ids-beyond-vocab",
+                        "numbers_ids_beyond_vocab",
+                        "tgt token id 5000 is outside the vocabulary",
+                    ),
+                    ("shard-cut-in-half", "numbers_cut_shard", "train.001.npz cannot be read"),
+                ]
+            ],
+            (
+                "tokenizer-not-json",
+                [*TRANSFORMER_TRAIN[:2], "--data-dir", "{sandbox}/data", *TRANSFORMER_TRAIN[4:]],
+                "tokenizer.json is not a tokenizer file",
+                {"files": {"data/tokenizer.json": '{"model": '}},
+            ),
+        ],
+    ),  # fmt: skip
+    *rows_for(
+        TRANSFORMER,
+        "export_triton.sh",
+        [
+            (
+                f"beam-{beam}",
+                ["--checkpoint", "{text}", "--repository", "{results}/repo", "--beam", beam],
+                f"--beam must be a positive integer, not {beam}",
+            )
+            for beam in ("0", "-3")
+        ],
+    ),  # fmt: skip
+    *rows_for(
+        TRANSFORMER,
+        "evaluate.sh",
+        [
+            (
+                "binary-input",
+                [
+                    "--checkpoint",
+                    "{transformer_model}/model.pt",
+                    "--input",
+                    "{foreign}",
+                    "--results-dir",
+                    "{results}",
+                ],
+                "resnet18_checkpoint.pt is not UTF-8 text",
+            ),
+        ],
+    ),  # fmt: skip
     *rows_for(
         TRANSFORMER,
         "train.sh",
@@ -88,6 +162,20 @@ ROWS: list[Row] = [
                 ["--checkpoint", "{text}", "--data-dir", "{numbers}", "--beam", "0"],
                 "--beam must be a positive integer",
             ),
+            # --output naming the --input file, as it is, relative to the working directory and by a symlink
+            *[
+                (
+                    f"output-is-input-{how}",
+                    ["--checkpoint", "{text}", "--input", "{sandbox}/news.en", "--output", output],
+                    "would overwrite the --input file",
+                    {"files": {"news.en": "one two three\n"}, "links": {"link.en": "news.en"}},
+                )
+                for how, output in [
+                    ("same-path", "{sandbox}/news.en"),
+                    ("relative", "../news.en"),
+                    ("symlink", "{sandbox}/link.en"),
+                ]
+            ],
         ],
     ),  # fmt: skip,
     *rows_for(
@@ -111,5 +199,8 @@ ROWS: list[Row] = [
         TRANSFORMER,
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
+    ),
+    *rows_for(
+        TRANSFORMER, "export_triton.sh", [repository_holds("transformer_python", ["--checkpoint", "{text}"])]
     ),
 ]

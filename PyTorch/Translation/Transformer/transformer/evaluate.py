@@ -95,6 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def refuse_overwriting_inputs(output: pathlib.Path, inputs: list) -> None:
+    """A UserError when the translations (``output``) or evaluation.json beside them would be written over
+    one of ``inputs`` ((flag, path) pairs), however it is named (relative path, symlink, hard link)."""
+    for written in (output, output.with_name("evaluation.json")):
+        for flag, path in inputs:
+            if path is not None and _same_file(written, pathlib.Path(path)):
+                raise UserError(
+                    f"{written} would overwrite the {flag} file {path}: write the translations elsewhere (--output)"
+                )
+
+
+def _same_file(a: pathlib.Path, b: pathlib.Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
 @entry_point
 def main(argv=None) -> dict:
     from zoo.cli import parse_args
@@ -108,6 +125,8 @@ def main(argv=None) -> dict:
         raise UserError(f"--beam must be a positive integer, not {args.beam}")
     if args.data_dir and not pathlib.Path(args.data_dir).is_dir():
         raise UserError(f"data dir {args.data_dir} does not exist")
+    output = pathlib.Path(args.output) if args.output else pathlib.Path(args.results_dir) / "translations.txt"
+    refuse_overwriting_inputs(output, [("--input", args.input), ("--reference", args.reference)])
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, settings = load_model(args.checkpoint, device)
     tokenizer = tokenizer_for(args.data_dir, args.checkpoint)
@@ -127,9 +146,9 @@ def main(argv=None) -> dict:
         if not args.data_dir:
             raise UserError("pass --data-dir (or set DATA_DIR) or --input FILE")
         data_dir = pathlib.Path(args.data_dir)
-        lines, refs = read_parallel(
-            data_dir / f"{args.split}.{langs[0]}", data_dir / f"{args.split}.{langs[1]}"
-        )
+        split = [data_dir / f"{args.split}.{langs[0]}", data_dir / f"{args.split}.{langs[1]}"]
+        refuse_overwriting_inputs(output, [("--data-dir", path) for path in split])
+        lines, refs = read_parallel(*split)
     with autocast(device, args.amp):
         hyps = translate_lines(
             model,
@@ -147,7 +166,6 @@ def main(argv=None) -> dict:
         bleu, signature = score_bleu(hyps, refs)
         summary.update(bleu=bleu, signature=signature)
         print(f"BLEU {bleu:.2f} ({signature})")
-    output = pathlib.Path(args.output) if args.output else pathlib.Path(args.results_dir) / "translations.txt"
     with atomic_write(output) as tmp:
         tmp.write_text("\n".join(hyps) + "\n", encoding="utf-8")
     if refs is None:
