@@ -47,3 +47,12 @@ def test_a_kill_while_the_shards_are_written_keeps_the_previous_checkpoint(tmp_p
     _save(path, 3.0, 30)  # the next save works where the old swap left its folders
     assert _read(path) == (30, 3.0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+
+
+def test_a_kill_after_the_two_renames_leaves_no_folder_in_the_next_saves_way(tmp_path):
+    path = tmp_path / "checkpoint"
+    _save(path, 1.0, 10)
+    _save(tmp_path / "checkpoint.old", 0.5, 5)  # the swap done, the previous folder not yet removed
+    _save(path, 2.0, 20)  # renaming checkpoint/ to checkpoint.old/ would meet a folder there
+    assert _read(path) == (20, 2.0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]

@@ -59,6 +59,38 @@ def test_two_sharded_processes_resumed_give_the_one_process_losses(one_process, 
     assert "column_wise" in plan and "table_wise" in plan
 
 
+def test_a_run_killed_between_the_checkpoint_swaps_two_renames_resumes_where_it_saved(
+    synthetic_dir, one_process, tmp_path
+):
+    """kill -9 between the two renames of the checkpoint swap (zoo.torch.save_training_checkpoint_sharded)
+    leaves checkpoint.old and a whole checkpoint.tmp, no checkpoint/: --resume auto puts the newer one back
+    and continues from its step (not from step 0), and its own saves find nothing in their way."""
+    import shutil
+
+    results = tmp_path / "killed"
+    args = ["--data-dir", str(synthetic_dir), "--results-dir", str(results), *TINY, *STEPS, *PINNED]
+    run_module("dlrm.train", *args, "--steps", "3")
+    shutil.copytree(results / "checkpoint", results / "checkpoint.old")
+    (results / "checkpoint").rename(results / "checkpoint.tmp")
+    resumed = run_module("dlrm.train", *args, "--resume", "auto")
+    assert "put back from checkpoint.tmp" in resumed.stderr, resumed.stderr[-2000:]
+    records = [json.loads(line) for line in (results / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["phase"] == "train"] == [1, 2, 3, 4, 5, 6]
+    assert losses(results) == pytest.approx(losses(one_process), rel=2e-4, abs=1e-5)
+    assert not [p.name for p in results.iterdir() if p.name.startswith("checkpoint.")]
+
+
+def test_the_best_checkpoint_evaluates_alone_to_the_training_auc(synthetic_dir, one_process, tmp_path):
+    """best/ (the evaluation that beat the others) carries its recipe: the model's tiny tables and MLPs
+    come with it, no --set needed, and evaluate.sh scores it as training did."""
+    records = [json.loads(line) for line in (one_process / "metrics.jsonl").read_text().splitlines()]
+    trained = [r["metrics"]["auc"] for r in records if r["phase"] == "eval"][-1]
+    out = tmp_path / "eval"
+    run_module("dlrm.evaluate", "--data-dir", str(synthetic_dir), "--checkpoint", str(one_process / "best"),
+               "--results-dir", str(out))  # fmt: skip
+    assert json.loads((out / "eval.json").read_text())["auc"] == pytest.approx(trained, abs=1e-6)
+
+
 def test_plain_embedding_bags_give_the_torchrec_losses(synthetic_dir, one_process, tmp_path):
     run_module(
         "dlrm.train",
