@@ -40,7 +40,7 @@ def test_torch_checkpoint_keeps_the_newest_n_and_the_best(tmp_path):
     for step, score in scores.items():
         better = improves("top1", score, best)
         best = score if better else best
-        save_training_checkpoint(path, _state(step), keep=3, best=better)
+        save_training_checkpoint(path, _state(step), keep=3, mark_best=better)
     kept = numbered_copies(path)
     assert [p.name for p in kept] == [f"checkpoint_step{s:09d}.pt" for s in (300, 400, 500)]
     for copy in kept:  # each copy holds its own step's weights
@@ -72,7 +72,11 @@ def test_checkpoint_folder_keeps_the_newest_n_and_the_best(tmp_path):
     def save(step: int, best: bool):
         state = {"name": "m", "step": step, "epoch": step, "recipe": {}}
         save_folder(
-            directory, state, lambda folder: (folder / "weights").write_text(str(step)), keep=2, best=best
+            directory,
+            state,
+            lambda folder: (folder / "weights").write_text(str(step)),
+            keep=2,
+            mark_best=best,
         )
 
     for step, best in ((1, True), (2, False), (3, True), (4, False), (5, False)):
@@ -81,3 +85,31 @@ def test_checkpoint_folder_keeps_the_newest_n_and_the_best(tmp_path):
     assert json.loads((directory / "latest.json").read_text())["folder"] == "step-5"
     best = read_state(directory / "best", name="m", what="a checkpoint", flag="--checkpoint")
     assert best["step"] == 3 and (directory / "best" / "weights").read_text() == "3"
+
+
+def test_a_detector_score_copies_the_checkpoint_of_its_epoch(tmp_path):
+    """zoo.coco's evaluation: a score (at once, or from the background process after later saves) that
+    beats the earlier ones copies the checkpoint of the epoch it scored, never a later one."""
+    from types import SimpleNamespace
+
+    from zoo.coco.scoring import Evaluation
+
+    quiet = SimpleNamespace(log=lambda *a, **k: None, eval_accuracy=lambda *a, **k: None)
+    run = SimpleNamespace(target=SimpleNamespace(metric="map"), eval_every=None, epochs=3)
+    env = SimpleNamespace(is_primary=True, world_size=1)
+    path, best = tmp_path / "checkpoint.pt", tmp_path / "best.pt"
+    evaluation = Evaluation(
+        run, None, "a.json", targets={"map": None}, logger=quiet, mlperf=quiet, env=env, device="cpu",
+        checkpoint=path,
+    )  # fmt: skip
+    save_training_checkpoint(path, _state(10), keep=2)
+    evaluation.saved(1)
+    evaluation._record(1, 10, {"map": 0.2})  # scored at once: checkpoint.pt holds epoch 1
+    assert torch.load(best)["step"] == 10
+    for step, epoch in ((20, 2), (30, 3)):
+        save_training_checkpoint(path, _state(step), keep=2)
+        evaluation.saved(epoch)
+    evaluation._record(2, 20, {"map": 0.3})  # epoch 2's background score, after epoch 3's save
+    assert torch.load(best)["step"] == 20
+    evaluation._record(3, 30, {"map": 0.25})  # lower: best.pt stays
+    assert torch.load(best)["step"] == 20

@@ -40,13 +40,13 @@ def save_folder(
     write: Callable[[Path], None],
     *,
     keep: int = 1,
-    best: bool = False,
+    mark_best: bool = False,
     chief: bool = True,
 ):
     """``write(folder)`` fills an empty temporary folder with the framework's files; then ``state`` (its
     ``step`` names the folder) goes to its state.json, the folder is renamed to ``directory/step-<step>``
     and latest.json points at it. Returns that folder. ``keep`` (``run.keep_checkpoints``): how many
-    folders stay, newest last; ``best``: the folder is also copied whole to ``directory/best``.
+    folders stay, newest last; ``mark_best``: the folder is also copied whole to ``directory/best``.
     ``chief`` False (another worker of a multi-worker job, which must run the same collectives): the files
     go to this machine's temporary folder and are deleted, nothing is kept."""
     from zoo.io import atomic_write
@@ -78,10 +78,11 @@ def save_folder(
         for old in directory.glob("step-*"):  # older ones, and any a killed save renamed but never named
             if old.name not in kept:
                 shutil.rmtree(old, ignore_errors=True)
-        if best:
-            from zoo.retention import BEST, mark_best
+        if mark_best:
+            from zoo.retention import BEST
+            from zoo.retention import mark_best as copy_to_best
 
-            mark_best(folder, directory / BEST)
+            copy_to_best(folder, directory / BEST)
         return folder
     finally:
         shutil.rmtree(temp, ignore_errors=True)

@@ -27,7 +27,7 @@ def save_training_checkpoint(
     epoch: int,
     recipe: dict,
     keep: int = 1,
-    best: bool = False,
+    mark_best: bool = False,
     **fields,
 ) -> Path:
     """Write ``net``'s parameters, ``trainer``'s states and the run's position into ``directory``
@@ -36,7 +36,7 @@ def save_training_checkpoint(
     ``name`` says which model wrote it (the reader refuses another's); ``step`` (optimizer steps done),
     ``epoch`` (epochs done) and ``recipe`` are the fields every state holds, ``fields`` the model's own
     (JSON: the loss scaler's state, the classes). ``keep`` (``run.keep_checkpoints``): how many step
-    folders stay; ``best``: this one also becomes checkpoint/best/ (zoo.retention). Call it on the process
+    folders stay; ``mark_best``: this one also becomes checkpoint/best/ (zoo.retention). Call it on the process
     that owns the state (rank 0).
     """
     from zoo.checkpoint_folder import save_folder
@@ -46,7 +46,7 @@ def save_training_checkpoint(
         trainer.save_states(str(folder / TRAINER_STATES))
 
     state = {"name": name, "step": int(step), "epoch": int(epoch), "recipe": recipe, **fields}
-    return save_folder(directory, state, write, keep=keep, best=best)
+    return save_folder(directory, state, write, keep=keep, mark_best=mark_best)
 
 
 def load_training_checkpoint(

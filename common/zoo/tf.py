@@ -138,7 +138,7 @@ def save_training_checkpoint(
     epoch: int,
     recipe: dict,
     keep: int = 1,
-    best: bool = False,
+    mark_best: bool = False,
     chief: bool = True,
     **fields,
 ) -> Path | None:
@@ -149,7 +149,7 @@ def save_training_checkpoint(
     optimizers, variables, tf.random.Generators). ``name`` says which model wrote it (the reader refuses
     another's); ``step`` (optimizer steps done), ``epoch`` (epochs done) and ``recipe`` are the fields every
     state holds, ``fields`` the model's own (JSON). ``keep``: how many checkpoints stay (the newest is the one
-    --resume continues); ``best``: it also becomes checkpoint/best/ (zoo.retention). Under a multi-worker strategy every worker calls it (collectives may run while
+    --resume continues); ``mark_best``: it also becomes checkpoint/best/ (zoo.retention). Under a multi-worker strategy every worker calls it (collectives may run while
     variables are read); only the ``chief``'s is kept.
     """
     import tensorflow as tf
@@ -163,7 +163,7 @@ def save_training_checkpoint(
         state,
         lambda folder: checkpoint.write(str(folder / VARIABLES)),
         keep=keep,
-        best=best,
+        mark_best=mark_best,
         chief=chief,
     )
 

@@ -230,13 +230,13 @@ def check_replicas_agree(model, env: DistEnv | None = None) -> None:
 CHECKPOINT_NAME = "checkpoint.pt"  # RESULTS_DIR/checkpoint.pt: what --resume auto continues
 
 
-def save_training_checkpoint(path, state: dict, *, keep: int = 1, best: bool = False) -> None:
+def save_training_checkpoint(path, state: dict, *, keep: int = 1, mark_best: bool = False) -> None:
     """``torch.save(state)`` written to a temporary file beside ``path`` and renamed over it: a run killed
     mid-write leaves the previous checkpoint whole (the temporary is removed by the next run's
     ``zoo.cli.resolve_resume``). Call it on the rank that owns the state (rank 0 for replicated models).
 
     ``keep`` (the recipe's ``run.keep_checkpoints``): above 1, numbered copies of the newest ``keep``
-    stay beside ``path`` (``checkpoint_step000000600.pt``); ``best`` (this checkpoint's evaluation beat
+    stay beside ``path`` (``checkpoint_step000000600.pt``); ``mark_best`` (this checkpoint's evaluation beat
     every earlier one on ``run.target.metric``): it also becomes ``best.pt`` (zoo.retention).
 
     The fields every model's training state holds, so that one reader serves them all: ``model``
@@ -249,17 +249,18 @@ def save_training_checkpoint(path, state: dict, *, keep: int = 1, best: bool = F
 
     with atomic_write(path) as tmp:
         torch.save(state, tmp)
-    retain(path, state["step"], keep=keep, best=best)
+    retain(path, state["step"], keep=keep, mark_best=mark_best)
 
 
-def retain(path, step: int, *, keep: int = 1, best: bool = False) -> None:
+def retain(path, step: int, *, keep: int = 1, mark_best: bool = False) -> None:
     """What stays of the checkpoint ``path`` just written at ``step`` (a file or a sharded folder): the
-    newest ``keep`` and, where ``best``, ``best.pt`` / ``best/`` beside it (zoo.retention)."""
-    from zoo.retention import keep_newest, mark_best
+    newest ``keep`` and, where ``mark_best``, ``best.pt`` / ``best/`` beside it (zoo.retention)."""
+    from zoo.retention import keep_newest
+    from zoo.retention import mark_best as copy_to_best
 
     keep_newest(path, step, keep)
-    if best:
-        mark_best(path)
+    if mark_best:
+        copy_to_best(path)
 
 
 TRAINING_STATE_FIELDS = ("model", "optimizer", "rng", "epoch", "step", "recipe")
@@ -292,7 +293,7 @@ SHARDED_STATE_FIELDS = tuple(field for field in TRAINING_STATE_FIELDS if field !
 
 
 def save_training_checkpoint_sharded(
-    path, sharded: dict, state: dict, *, async_group=None, keep: int = 1, best: bool = False
+    path, sharded: dict, state: dict, *, async_group=None, keep: int = 1, mark_best: bool = False
 ):
     """A training checkpoint whose tensors are sharded over the ranks (TorchRec's embedding tables, too large
     for one process to gather), as the folder ``path``: ``sharded`` (each rank writes its shards through
@@ -304,7 +305,7 @@ def save_training_checkpoint_sharded(
     ``async_group`` (a gloo process group, or ``False`` in one process) writes the shards in the background
     (``torch.distributed.checkpoint.async_save``) and returns a :class:`PendingCheckpoint` to ``wait()`` on
     before the next save or the end; None (default) writes them now and returns None. ``keep`` and
-    ``best`` as :func:`save_training_checkpoint` (``checkpoint_step000000600/``, ``best/``), once the
+    ``mark_best`` as :func:`save_training_checkpoint` (``checkpoint_step000000600/``, ``best/``), once the
     folder is in place."""
     import pathlib
     import shutil
@@ -326,7 +327,7 @@ def save_training_checkpoint_sharded(
                 path.rename(old)
             tmp.rename(path)
             shutil.rmtree(old, ignore_errors=True)
-            retain(path, state["step"], keep=keep, best=best)
+            retain(path, state["step"], keep=keep, mark_best=mark_best)
         if dist.is_initialized():
             dist.barrier()
 

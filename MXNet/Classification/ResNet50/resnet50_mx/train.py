@@ -22,6 +22,7 @@ from zoo.cli import recipe_from_args as recipe_from_cli
 from zoo.errors import UserError
 from zoo.io import atomic_write, remove_stale_temps
 from zoo.recipe import run_config
+from zoo.retention import improves
 
 from . import DEFAULT_RECIPE
 from .checkpoint import CHECKPOINT_KIND, WHAT
@@ -238,7 +239,7 @@ def run_training(recipe: dict, args) -> dict:
                 "train_top1": reading["top1"],
                 "throughput": reading["throughput"],
             }
-            last = epoch + 1 == run.epochs
+            last, improved = epoch + 1 == run.epochs, False
             if evaluating and (last or run.eval_every and run.eval_every.due(epoch + 1, step)):
                 mlperf.eval_start(epoch + 1, samples=step * global_batch)
                 val = build_loader(spec, train=False, epoch=epoch, seed=run.seed, ctx=ctx[0])
@@ -248,16 +249,18 @@ def run_training(recipe: dict, args) -> dict:
                 mlperf.eval_accuracy(scores["top1"] / 100, epoch + 1, samples=step * global_batch)
                 logger.log(step, scores, phase="eval")
                 metrics = {**metrics, **scores}
-                if scores["top1"] > best.get("top1", -1):
+                improved = improves("top1", scores["top1"], best.get("top1"))
+                if improved:
                     best = {"top1": scores["top1"], "top5": scores["top5"], "epoch": epoch + 1}
             reached = "top1" in metrics and run.target.reached(metrics["top1"])
             stopping = reached or args.stop_after and epoch + 1 - start_epoch >= args.stop_after
             procs.barrier()
             due = run.checkpoint_every and run.checkpoint_every.due(epoch + 1, step)
-            if procs.primary and (due or last or stopping):
+            if procs.primary and (due or last or stopping or improved):
                 save_training_checkpoint(
                     results / CHECKPOINT_NAME, net, trainer, name=CHECKPOINT_KIND, step=step, epoch=epoch + 1,
-                    recipe=recipe, best=best, metrics=metrics, loss_scaler=loss_scaler_state(trainer),
+                    recipe=recipe, keep=run.keep_checkpoints, mark_best=improved,
+                    best=best, metrics=metrics, loss_scaler=loss_scaler_state(trainer),
                     num_classes=spec.num_classes, classes=read_classes(spec.data_dir), layout=layout,
                     input_layout=spec.layout, image_size=spec.image_size,
                 )  # fmt: skip

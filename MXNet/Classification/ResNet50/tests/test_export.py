@@ -157,7 +157,12 @@ def test_package_imports_where_the_dockerfile_puts_it():
 def test_evaluate_script_reports_top1(trained, digits_rec):
     from mx_resnet_testing import run_module, training_state
 
-    proc = run_module("evaluate", "--checkpoint", trained, "--data-dir", digits_rec, "--num-classes", 10)
+    proc = run_module("evaluate", "--checkpoint", trained, "--data-dir", digits_rec)  # classes, size: its own
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["samples"] == 359
-    assert result["top1"] == pytest.approx(training_state(trained)["metrics"]["top1"])
+    state = training_state(trained)
+    assert result["top1"] == pytest.approx(state["metrics"]["top1"])
+    # run.keep_checkpoints 1: one step folder stays, and best/ holds the epoch that scored best
+    assert len(list((trained / "checkpoint").glob("step-*"))) == 1
+    proc = run_module("evaluate", "--checkpoint", trained / "checkpoint" / "best", "--data-dir", digits_rec)
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["top1"] == pytest.approx(state["best"]["top1"])

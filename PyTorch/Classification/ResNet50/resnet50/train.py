@@ -332,7 +332,7 @@ def train(args) -> dict:
         if primary:  # best: this epoch's evaluation beat the earlier ones (RESULTS_DIR/best.pt)
             save_training_checkpoint(
                 results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe, classes),
-                keep=run.keep_checkpoints, best=best,
+                keep=run.keep_checkpoints, mark_best=best,
             )  # fmt: skip
 
     def after_step(state: TrainState) -> None:

@@ -179,7 +179,7 @@ def train_run(a, recipe: dict, run, env, device, state: dict | None, mlperf) -> 
     evaluation = zoo.coco.Evaluation(
         run, recipe["eval"]["epochs"], val_loader.dataset.annotation_file if val_loader is not None else None,
         targets={run.target.metric: run.target.value}, logger=log, mlperf=mlperf, env=env, device=device,
-        asynchronous=a.async_eval or bool(recipe["eval"]["asynchronous"]),
+        asynchronous=a.async_eval or bool(recipe["eval"]["asynchronous"]), checkpoint=results_dir / CHECKPOINT_NAME,
     )  # fmt: skip
     losses, epoch = [], start_epoch
     mlperf.init_stop()
@@ -202,7 +202,10 @@ def train_run(a, recipe: dict, run, env, device, state: dict | None, mlperf) -> 
             }  # fmt: skip
             rngs = gather_objects(rng_state(), env.world_size)  # a collective: every rank takes part
             if env.is_primary:
-                save_training_checkpoint(results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs})
+                save_training_checkpoint(
+                    results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs}, keep=run.keep_checkpoints
+                )
+                evaluation.saved(epoch)  # a score of this epoch that beats the others copies it to best.pt
         if evaluation.due(epoch):
             evaluate(
                 step.model, val_loader, evaluation, epoch=epoch, step=epoch * steps_per_epoch,

@@ -218,6 +218,7 @@ def train_run(a: argparse.Namespace, recipe: dict, run, env, device, state: dict
         env=env,
         device=device,
         asynchronous=a.async_eval,
+        checkpoint=results_dir / CHECKPOINT_NAME,
     )
     precise_bn = (
         (train_loader, recipe["eval"]["precise_bn_batches"]) if recipe["eval"]["precise_bn_batches"] else None
@@ -248,7 +249,10 @@ def train_run(a: argparse.Namespace, recipe: dict, run, env, device, state: dict
             }
             rngs = gather_objects(rng_state(), env.world_size)  # a collective: every rank takes part
             if env.is_primary:
-                save_training_checkpoint(results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs})
+                save_training_checkpoint(
+                    results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs}, keep=run.keep_checkpoints
+                )
+                evaluation.saved(epoch)  # a score of this epoch that beats the others copies it to best.pt
         if evaluation.due(epoch):
             evaluate(
                 step.model, val_loader, evaluation, epoch=epoch, step=epoch * steps_per_epoch,

@@ -154,11 +154,14 @@ def save_checkpoint(path: Path, step, epoch: int) -> None:
     schedule, scaler, optimizer steps), the random generators (this run re-seeds from the step, they are
     kept for the shared format), the data epochs done, the recipe and the model's config."""
     state = {**step.training_state(), "rng": rng_state(), "epoch": epoch, "recipe": step.recipe}
-    save_training_checkpoint(path, {**state, "config": dataclasses.asdict(step.model.config)})
+    keep = run_config(step.recipe).keep_checkpoints
+    save_training_checkpoint(path, {**state, "config": dataclasses.asdict(step.model.config)}, keep=keep)
 
 
 def micro_batches(dataset, start: int, count: int, workers: int, pin: bool):
     """Micro-batches number start .. start+count-1, loaded in worker processes."""
+    import torch
+
     loader = torch.utils.data.DataLoader(
         dataset,
         batch_size=None,

@@ -84,6 +84,11 @@ def test_evaluate_reads_model_pt_and_the_checkpoint_folder(trained, pydoc_data):
     for checkpoint in (results / "model.pt", results / "checkpoint"):
         result = main(["--checkpoint", str(checkpoint), "--data-dir", str(pydoc_data), "--device", "cpu"])
         assert result["log_perplexity"] == pytest.approx(summary["log_perplexity"], rel=1e-6)
+    # best/: the evaluation that beat the others (lower is better), a sharded folder like checkpoint/
+    records = [json.loads(line) for line in (results / "metrics.jsonl").read_text().splitlines()]
+    scored = [r["metrics"]["log_perplexity"] for r in records if r["phase"] == "eval"]
+    result = main(["--checkpoint", str(results / "best"), "--data-dir", str(pydoc_data), "--device", "cpu"])
+    assert len(scored) == 2 and result["log_perplexity"] == pytest.approx(min(scored), rel=1e-6)
 
 
 def test_checkpoints_written_in_the_background_hold_the_same_state(trained, pydoc_data, tmp_path):

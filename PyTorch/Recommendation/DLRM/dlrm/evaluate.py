@@ -1,6 +1,7 @@
 """Exact ROC AUC of a checkpoint over the whole validation split:
 ``python -m dlrm.evaluate --data-dir D --checkpoint RESULTS/checkpoint`` (torchrun for several
-processes). Uses the recipe's embedding path (torchrec or plain); writes RESULTS_DIR/eval.json.
+processes). Uses the recipe the checkpoint was trained with (its embedding path, torchrec or plain) unless
+--recipe is given; writes RESULTS_DIR/eval.json.
 """
 
 from __future__ import annotations
@@ -34,13 +35,23 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if present)")
     args = parse_args(parser, argv)
-    recipe = recipe_from_args(args)
+
+    from zoo.io import atomic_write
+    from zoo.log import MetricsLogger
+    from zoo.torch import SHARDED_CHECKPOINT_NAME, close_distributed, init_distributed
+
+    from dlrm.data import Split, read_meta
+    from dlrm.engine import evaluate
+    from dlrm.step import TrainStep, read_checkpoint
+
     if not args.data_dir:
         raise UserError("give --data-dir (or set DATA_DIR)")
     results_dir = pathlib.Path(args.results_dir)
     checkpoint = pathlib.Path(args.checkpoint or results_dir / SHARDED_CHECKPOINT_NAME)
     meta = read_meta(args.data_dir)
-    read_checkpoint(checkpoint, flag="--checkpoint")  # a wrong path ends here, before any work
+    saved = read_checkpoint(checkpoint, flag="--checkpoint")  # a wrong path ends here, before any work
+    # the recipe it was trained with (tables, embedding path, evaluation batch); --recipe and --set win
+    recipe = recipe_from_args(args, saved=saved["recipe"])
     env, device = init_distributed(args.device)
     step = TrainStep(recipe, meta, device, env.rank, env.world_size)
     step.load(checkpoint, weights_only=True, flag="--checkpoint")

@@ -15,15 +15,12 @@ and row updates as Triton kernels (one process, CUDA; ``dlrm.table_kernels``).
 
 from __future__ import annotations
 
-import pathlib
-
 import torch
 import torch.nn.functional as F
 from zoo.errors import UserError
 
-MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
-# The recipe train.py, evaluation, export and the benchmark take without --recipe.
-DEFAULT_RECIPE = MODEL_DIR / "configs" / "dlrm_dcnv2_small.yaml"
+from dlrm import DEFAULT_RECIPE, MODEL_DIR  # noqa: F401 (step.DEFAULT_RECIPE, as before)
+
 # What a DLRM training checkpoint's checkpoint.pt holds beside zoo's fields: the table sizes and dense
 # width the data had, so that evaluation and export rebuild the model without the data.
 CHECKPOINT_FIELDS = ("num_embeddings", "num_dense")
@@ -162,16 +159,19 @@ class TrainStep:
             for t in range(len(tables.rows))
         }
 
-    def save(self, path, position: dict) -> None:
+    def save(self, path, position: dict, *, keep: int = 1, best: bool = False) -> None:
         """The training checkpoint folder ``path`` (zoo.torch.save_training_checkpoint_sharded): every rank
         its shards, rank 0 the dense optimizer, every rank's generators, the recipe, the data's table
-        sizes and ``position`` (``epoch``, ``step`` and anything else to carry). A collective."""
+        sizes and ``position`` (``epoch``, ``step`` and anything else to carry); ``keep`` and ``best`` as
+        zoo.torch.save_training_checkpoint's (run.keep_checkpoints, ``best/``). A collective."""
         from zoo.rng import rng_state
         from zoo.torch import gather_objects, save_training_checkpoint_sharded
 
         rngs = gather_objects(rng_state(), self.world)
         state = {"optimizer": self.dense_opt.state_dict(), "rng": rngs, "recipe": self.recipe}
-        save_training_checkpoint_sharded(path, self.tensor_state(), {**state, **self.data_shape, **position})
+        save_training_checkpoint_sharded(
+            path, self.tensor_state(), {**state, **self.data_shape, **position}, keep=keep, mark_best=best
+        )
 
     def load(self, path, *, weights_only: bool = False, flag: str = "--resume") -> dict:
         """Restore ``path`` (a checkpoint of either embedding path for the weights); returns its state."""

@@ -101,10 +101,12 @@ def log_mlperf_settings(
 
 def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resume, device_name=None) -> dict:
     """The training run; returns {"auc", "step", "samples", "status"} (auc None if never evaluated)."""
+    import torch
     from zoo.io import atomic_write
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
     from zoo.recipe import run_config
+    from zoo.retention import improves
     from zoo.rng import set_rng_state
     from zoo.torch import (
         SHARDED_CHECKPOINT_NAME,
@@ -155,10 +157,11 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
             results_dir / "metrics.jsonl", enabled=env.is_primary, total_steps=total, desc="train"
         )
 
-        best = state.get("best", {})
+        best, improved = state.get("best", {}), False
 
-        def save_checkpoint():
-            step.save(checkpoint, {"epoch": done // batches.count, "step": done, "best": best})
+        def save_checkpoint(improved: bool) -> None:  # improved: the evaluation just done beat the others
+            position = {"epoch": done // batches.count, "step": done, "best": best}
+            step.save(checkpoint, position, keep=run.keep_checkpoints, best=improved)
 
         mlperf.epoch_start(done // batches.count + 1, samples=done * global_batch)
         while done < total:
@@ -168,25 +171,27 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
             )
             epoch = (done - 1) // batches.count + 1  # MLPerf's epoch_num of the steps just trained
             samples = done * global_batch
+            improved = False
             if done == total or due(run.eval_every, done, batches.count):
                 mlperf.eval_start(epoch, samples=samples)
                 metrics = evaluate(step, val_batches)
                 mlperf.eval_stop(epoch, samples=samples)
                 mlperf.eval_accuracy(metrics["auc"], epoch, samples=samples)
                 logger.log(done, metrics, phase="eval")
+                improved = improves("auc", metrics["auc"], best.get("auc"))
                 best = {"auc": max(best.get("auc", 0.0), metrics["auc"])}
                 if run.target.reached(metrics["auc"]):
                     status = "success"
                     break
-            if done < total and due(run.checkpoint_every, done, batches.count):
-                save_checkpoint()
+            if done < total and (improved or due(run.checkpoint_every, done, batches.count)):
+                save_checkpoint(improved)
             if done < total and done % batches.count == 0:
                 mlperf.epoch_stop(epoch, samples=samples)
                 mlperf.epoch_start(epoch + 1, samples=samples)
         mlperf.epoch_stop((max(done, 1) - 1) // batches.count + 1, samples=done * global_batch)
         if status != "success":
             status = "aborted" if run.target.value is not None else "success"
-        save_checkpoint()
+        save_checkpoint(improved)
         mlperf.run_stop(status)
         logger.close()
     close_distributed()

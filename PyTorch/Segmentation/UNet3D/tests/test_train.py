@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from conftest import MODEL_DIR, TINY
 from unet3d.train import main
@@ -17,7 +18,7 @@ def readings(results, phase):
     return [json.loads(line) for line in lines if json.loads(line)["phase"] == phase]
 
 
-def test_dice_rises_well_above_a_baseline_and_the_log_passes(trained):
+def test_dice_rises_well_above_a_baseline_and_the_log_passes(prepared, trained):
     train = [r["metrics"]["loss"] for r in readings(trained, "train") if "loss" in r["metrics"]]
     evals = [r["metrics"]["dice"] for r in readings(trained, "eval")]
     assert len(evals) == 2
@@ -26,6 +27,15 @@ def test_dice_rises_well_above_a_baseline_and_the_log_passes(trained):
     assert evals[-1] > 0.55, evals
     assert (trained / "tensorboard").is_dir()
     check_log(trained / "mlperf.log", "unet3d")
+    # best.pt evaluates alone (its recipe: model, precision, window) to the Dice training scored it at
+    out = trained / "eval"
+    done = subprocess.run(
+        [sys.executable, "-m", "unet3d.evaluate", "--checkpoint", str(trained / "best.pt"), "--data-dir",
+         str(prepared), "--device", "cpu", "--results-dir", str(out)],
+        capture_output=True, text=True, cwd=MODEL_DIR, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((out / "eval.json").read_text())["dice"] == pytest.approx(max(evals), abs=1e-5)
 
 
 def test_resume_after_a_kill_equals_an_unbroken_run(prepared, trained, tmp_path):

@@ -56,6 +56,19 @@ def load_model_state(model: torch.nn.Module, source, flag: str = "--checkpoint")
         ) from None
 
 
+def checkpoint_recipe(checkpoint) -> dict | None:
+    """The recipe a training checkpoint at ``checkpoint`` was trained with; None for any other file (or
+    none, or one that cannot be read: :func:`trained_model` says why)."""
+    if checkpoint is None or not pathlib.Path(checkpoint).is_file():
+        return None
+    try:
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    except Exception:  # noqa: BLE001 - trained_model reports an unreadable file
+        return None
+    recipe = saved.get("recipe") if isinstance(saved, dict) else None
+    return recipe if isinstance(recipe, dict) and "run" in recipe else None
+
+
 def trained_model(recipe: dict, checkpoint=None, pretrained=None, cache_dir=None):
     """(model in eval mode, the recipe it was trained with) from a training checkpoint, a weights file or
     a registry name (checkpoints.yaml); a training checkpoint's own recipe sets width and levels."""

@@ -3,7 +3,8 @@
     python -m unet3d.evaluate --checkpoint results/checkpoint.pt --data-dir /data/kits19_npy [--amp bf16]
 
 Prints the mean Dice and each class's, and writes RESULTS_DIR/eval.json. A training checkpoint carries
-its recipe (width, levels, patch); ``--recipe`` and ``--set`` give them for a bare weights file.
+its recipe (width, levels, patch, precision, the sliding window's overlap): evaluation uses it unless
+``--recipe`` is given, and ``--set`` / ``--amp`` change it; they give the settings of a bare weights file.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from zoo.io import atomic_write
 from zoo.recipe import run_config
 
 from unet3d import DEFAULT_RECIPE
-from unet3d.checkpoints import trained_model
+from unet3d.checkpoints import checkpoint_recipe, trained_model
 from unet3d.data import load_cases, synthetic_split
 from unet3d.engine import evaluate
 from unet3d.step import patch_shape
@@ -52,7 +53,7 @@ def evaluation_cases(recipe: dict, data_dir, synthetic: bool) -> dict:
 
 
 def score(args) -> dict:
-    recipe = zoo.cli.recipe_from_args(args)
+    recipe = zoo.cli.recipe_from_args(args, saved=checkpoint_recipe(args.checkpoint))
     precision = run_config(recipe).precision
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, recipe = trained_model(recipe, args.checkpoint, args.pretrained)

@@ -27,6 +27,7 @@ from zoo.errors import UserError
 from zoo.log import MetricsLogger
 from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger, log_path
 from zoo.recipe import COMPILE_MODES, RunConfig, run_config
+from zoo.retention import improves
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
     CHECKPOINT_NAME,
@@ -259,11 +260,12 @@ def train(args) -> dict:
         )
     log_run_settings(mlperf, recipe, patches, cases["val"], env.world_size)
 
-    def save() -> None:
-        if primary:
+    def save(best: bool = False) -> None:
+        if primary:  # best: this epoch's evaluation beat the earlier ones (RESULTS_DIR/best.pt)
             save_training_checkpoint(
-                results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe)
-            )
+                results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe),
+                keep=run.keep_checkpoints, mark_best=best,
+            )  # fmt: skip
 
     def after_step(state: TrainState) -> None:
         every = run.checkpoint_every
@@ -288,6 +290,7 @@ def train(args) -> dict:
             )  # fmt: skip
             mlperf.epoch_stop(state.epoch)
             evaluated = evaluation_due(recipe, run, state.epoch, state.epoch == epochs)
+            best_before = state.best.get("dice")
             if evaluated:
                 mlperf.eval_start(state.epoch)
                 metrics = evaluate(
@@ -305,9 +308,14 @@ def train(args) -> dict:
                         flush=True,
                     )
             stop = state.epoch == epochs or (evaluated and run.target.reached(metrics["dice"]))
+            improved = evaluated and improves("dice", metrics["dice"], best_before)
             every = run.checkpoint_every
-            if stop or (every is not None and every.unit == "epochs" and every.due(state.epoch, state.step)):
-                save()
+            if (
+                stop
+                or improved
+                or (every is not None and every.unit == "epochs" and every.due(state.epoch, state.step))
+            ):
+                save(best=improved)
             if stop:
                 break
         mlperf.run_stop("success" if state.best.get("dice", 0.0) >= target else "aborted")

@@ -16,6 +16,7 @@ from rnnt.data import collate, tokenizer_from_bytes
 from rnnt.features import LogMelFeatures
 from rnnt.model import RNNT, build_model, greedy_decode
 
+TRAINING_KIND = "rnnt-training"  # rnnt.train's checkpoints (rnnt.train.TRAINING_KIND)
 MODEL_FIELDS = ("kind", "model", "model_recipe", "features", "eval", "vocab_size", "tokenizer")
 
 
@@ -57,6 +58,13 @@ def read_model_file(path) -> dict:
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the same to a user
         reason = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
         raise UserError(f"--checkpoint {path} is not an RNN-T model.pt (cannot be read: {reason})") from None
+    if isinstance(state, dict) and state.get("kind") == TRAINING_KIND and "tokenizer" in state:
+        recipe = state["recipe"]  # a training checkpoint (best.pt, checkpoint.pt): its recipe rebuilds it
+        state = {
+            "kind": "rnnt", "model": state["model"], "ema": state["ema"], "model_recipe": recipe["model"],
+            "features": recipe["features"], "eval": recipe["eval"], "vocab_size": state["vocab_size"],
+            "tokenizer": state["tokenizer"],
+        }  # fmt: skip
     if not isinstance(state, dict) or state.get("kind") != "rnnt" or not set(MODEL_FIELDS) <= set(state):
         raise UserError(
             f"--checkpoint {path} is not an RNN-T model.pt (train.py writes RESULTS_DIR/model.pt)"
@@ -70,12 +78,16 @@ def load_recognizer(path, device="cpu", amp: str = "fp32") -> Recognizer:
     model = build_model(state["model_recipe"], int(state["vocab_size"]), features.out_features)
     try:
         model.load_state_dict(state["model"])
-    except RuntimeError as e:
+        if state.get("ema") is not None:  # a training checkpoint: evaluation scored the weights' average
+            with torch.no_grad():
+                for param, value in zip(model.parameters(), state["ema"], strict=True):
+                    param.copy_(value)
+    except (RuntimeError, ValueError) as e:
         raise UserError(
             f"--checkpoint {path} does not fit its own recipe: {str(e).strip().splitlines()[-1][:160]}"
         ) from None
     device = torch.device(device)
-    settings = {key: value for key, value in state.items() if key != "model"}
+    settings = {key: value for key, value in state.items() if key not in ("model", "ema")}
     return Recognizer(
         model.to(device).eval(),
         features.to(device),

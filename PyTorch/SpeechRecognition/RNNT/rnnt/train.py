@@ -263,7 +263,10 @@ def main(argv=None) -> dict:
             mlperf.epoch_stop(epoch)
             position.update(epoch=epoch, step_in_epoch=0)
             last, reached = epoch == run.epochs, False
-            improved, best_before = False, position["best"]["wer"]
+            improved = (
+                False  # the first evaluation is the best so far (the position's initial best is a floor)
+            )
+            best_before = position["best"]["wer"] if (results / "best.pt").exists() else None
             if last or (run.eval_every and run.eval_every.due(epoch, position["step"])):
                 mlperf.eval_start(epoch)
                 metrics = evaluate(
@@ -284,7 +287,8 @@ def main(argv=None) -> dict:
                     print(f"epoch {epoch}: WER {metrics['wer']:.4f} on {data_cfg['eval_split']}", flush=True)
                 position["best"] = {"wer": min(position["best"]["wer"], metrics["wer"])}
                 reached = run.target.reached(metrics["wer"])
-                improved = improves("wer", metrics["wer"], best_before)
+                # rank 0's answer on every rank (it alone sees best.pt): saving is a collective
+                improved = gather_objects(improves("wer", metrics["wer"], best_before), env.world_size)[0]
             if (
                 last
                 or reached

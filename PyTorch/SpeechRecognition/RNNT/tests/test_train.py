@@ -27,6 +27,13 @@ def test_wer_falls_well_below_a_blank_output(trained, spoken_data):
     assert losses[-1] < 0.3 * losses[0], losses
     assert [r["metrics"]["wer"] for r in records if r["phase"] == "eval"] == [summary["wer"]]
     assert any((results / "tensorboard").iterdir())
+    # the best training checkpoint alone (recipe, SentencePiece model, averaged weights) scores the same
+    from rnnt.evaluate import main as evaluate
+
+    again = evaluate(
+        ["--checkpoint", str(results / "best.pt"), "--data-dir", str(spoken_data), "--split", "dev"]
+    )
+    assert again["wer"] == pytest.approx(summary["wer"]), (again, summary)
 
 
 def test_mlperf_log_passes_the_checker(trained):

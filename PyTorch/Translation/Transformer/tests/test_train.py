@@ -160,6 +160,12 @@ def test_averaged_checkpoints_hold_the_mean_weights(small_data, tmp_path):
         + ["--results-dir", str(tmp_path / "eval"), "--beam", "2"]
     )
     assert summary["sentences"] == 40 and "signature" in summary
+    # best.pt, the epoch whose BLEU beat the others, evaluates alone (its recipe's decoding) to that BLEU
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    scored = [r["metrics"]["bleu"] for r in records if r["phase"] == "eval"]
+    best = evaluate(["--checkpoint", str(tmp_path / "best.pt"), "--data-dir", str(small_data), "--split", "valid",
+                     "--results-dir", str(tmp_path / "best")])  # fmt: skip
+    assert len(scored) == 3 and best["bleu"] == pytest.approx(max(scored)), (best, scored)
 
 
 def test_evaluate_a_file_with_mismatched_reference_is_a_one_line_error(trained, tmp_path):

@@ -246,7 +246,10 @@ def main(argv=None) -> dict:
             position.update(epoch=epoch, step_in_epoch=0)
             last = epoch == run.epochs
             reached = False
-            improved, best_before = False, position["best"]["bleu"]
+            improved = (
+                False  # the first evaluation is the best so far (the position's initial best is a floor)
+            )
+            best_before = position["best"]["bleu"] if (results / "best.pt").exists() else None
             if last or (run.eval_every and run.eval_every.due(epoch, position["step"])):
                 mlperf.eval_start(epoch)
                 metrics = signature = None
@@ -262,7 +265,8 @@ def main(argv=None) -> dict:
                     )
                 position["best"] = {"bleu": max(position["best"]["bleu"], metrics["bleu"])}
                 reached = run.target.reached(metrics["bleu"])
-                improved = improves("bleu", metrics["bleu"], best_before)
+                # rank 0's answer on every rank (it alone sees best.pt): saving is a collective
+                improved = gather_objects(improves("bleu", metrics["bleu"], best_before), env.world_size)[0]
             if (
                 last
                 or reached

@@ -26,6 +26,7 @@ from zoo.cli import parse_args as parse_shared_args
 from zoo.errors import UserError
 from zoo.io import atomic_write, remove_stale_temps
 from zoo.recipe import run_config
+from zoo.retention import improves
 
 from resnet50_tf import DEFAULT_RECIPE
 
@@ -60,7 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--num-classes", type=int, help="synthetic data only (TFRecords bring their classes)")
     p.add_argument("--checkpoint-steps", type=int, help="checkpoint every N steps (run.checkpoint_every)")
     p.add_argument(
-        "--keep-checkpoints", type=int, default=3, help="checkpoints kept in RESULTS_DIR/checkpoint"
+        "--keep-checkpoints",
+        type=int,
+        help="checkpoints kept in RESULTS_DIR/checkpoint (run.keep_checkpoints)",
     )
     p.add_argument("--init-checkpoint", help="start from these weights (a run dir, checkpoint or .h5)")
     p.add_argument("--no-eval", action="store_true", help="skip validation")
@@ -93,6 +96,8 @@ def build_recipe(args) -> dict:
     recipe = recipe_from_args(args, FLAG_TO_RECIPE)
     if args.checkpoint_steps:
         recipe["run"]["checkpoint_every"] = f"{args.checkpoint_steps} steps"
+    if args.keep_checkpoints:
+        recipe["run"]["keep_checkpoints"] = args.keep_checkpoints
     run = run_config(recipe, args.recipe)
     if run.accumulation != 1:
         raise UserError(
@@ -254,10 +259,10 @@ def main(argv=None) -> dict:
         optimizer = build_optimizer(recipe, steps_per_epoch, global_batch, run.precision)
         optimizer.build(model.trainable_variables)
     trained = {"model": model, "optimizer": optimizer}
-    step = 0
+    step, best = 0, {}
     if resume_from:
         resumed = load_training_checkpoint(resume_from, trained, name=CHECKPOINT_KIND, what=WHAT)
-        step = resumed["step"]
+        step, best = resumed["step"], resumed.get("best", {})
         print(f"resumed from {resumed['folder']} at step {step}", file=sys.stderr)
     elif args.init_checkpoint:
         restore_weights(model, args.init_checkpoint, "--init-checkpoint")
@@ -269,13 +274,14 @@ def main(argv=None) -> dict:
     )
     saved_at = [None]
 
-    def save(at: int) -> None:
-        """Every worker saves (collectives may run while variables are read); the chief's is kept."""
-        if saved_at[0] != at:
+    def save(at: int, mark_best: bool = False) -> None:
+        """Every worker saves (collectives may run while variables are read); the chief's is kept.
+        ``mark_best``: the evaluation at ``at`` beat the earlier ones (checkpoint/best/)."""
+        if saved_at[0] != at or mark_best:  # a best one is written again: its state knows the best
             save_training_checkpoint(
                 results_dir / CHECKPOINT_NAME, trained, name=CHECKPOINT_KIND, step=at, epoch=at // steps_per_epoch,
-                recipe=recipe, keep=args.keep_checkpoints, chief=runtime.is_chief,
-                num_classes=len(classes), classes=classes, image_size=image_size,
+                recipe=recipe, keep=run.keep_checkpoints, mark_best=mark_best, chief=runtime.is_chief,
+                num_classes=len(classes), classes=classes, image_size=image_size, best=best,
             )  # fmt: skip
             saved_at[0] = at
 
@@ -307,8 +313,10 @@ def main(argv=None) -> dict:
                 mlperf.epoch_stop(epoch + 1, samples=step * global_batch)
                 summary.update(steps=step, train_loss=reading["loss"], train_top1=reading["top1"])
                 epochs_done = step // steps_per_epoch if step % steps_per_epoch == 0 else 0
-                if step == last_step or run.checkpoint_every and run.checkpoint_every.due(epochs_done, step):
-                    save(step)
+                saving = (
+                    step == last_step or run.checkpoint_every and run.checkpoint_every.due(epochs_done, step)
+                )
+                improved = False
                 due = run.eval_every is not None and run.eval_every.due(epochs_done, step)
                 if info is not None and not args.no_eval and (due or step == last_step):
                     mlperf.eval_start(epoch + 1, samples=step * global_batch)
@@ -322,9 +330,12 @@ def main(argv=None) -> dict:
                     summary.update(val_top1=metrics["top1"], val_top5=metrics["top5"])
                     val_top1 = metrics["top1"]
                     reached = run.target.reached(val_top1)
+                    improved = improves("top1", val_top1, best.get("top1"))
+                    best = {"top1": val_top1, "step": step} if improved else best
                     if reached:
                         print(f"reached target top-1 {run.target.value}% at step {step}", file=sys.stderr)
-                        save(step)
+                if saving or reached or improved:  # after the evaluation: its checkpoint knows the best
+                    save(step, mark_best=improved)
             success = val_top1 is not None and val_top1 >= quality_target
             mlperf.run_stop("success" if success else "aborted")
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:

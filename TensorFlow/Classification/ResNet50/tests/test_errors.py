@@ -99,6 +99,12 @@ def test_evaluate_reports_accuracy(trained_run, digits_tfrecords, tmp_path):
     assert metrics["samples"] == 359
     assert metrics["top1"] == pytest.approx(summary["val_top1"], abs=1e-6)
     assert json.loads((tmp_path / "eval.json").read_text())["samples"] == 359
+    # checkpoint/best/: the step whose evaluation scored best, evaluated alone to that score
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    scored = [r["metrics"]["top1"] for r in records if r["phase"] == "eval"]
+    best = main(["--checkpoint", str(run / "checkpoint" / "best"), "--data-dir", str(digits_tfrecords),
+                 "--results-dir", str(tmp_path / "best")])  # fmt: skip
+    assert len(scored) == 3 and best["top1"] == pytest.approx(max(scored), abs=1e-6)
 
 
 def test_deploy_without_repository(tmp_path):

@@ -206,7 +206,7 @@ def main(argv=None) -> dict:
     def save() -> None:
         save_training_checkpoint(
             results_dir / CHECKPOINT_NAME, objects, name=CHECKPOINT_OWNER, step=step.step_count,
-            epoch=step.step_count * global_batch // train_samples, recipe=recipe, keep=3, chief=runtime.is_chief,
+            epoch=step.step_count * global_batch // train_samples, recipe=recipe, keep=run.keep_checkpoints, chief=runtime.is_chief,
             task="pretraining", config=config.__dict__, nsp=nsp,
         )  # fmt: skip
 

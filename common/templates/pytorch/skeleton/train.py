@@ -22,6 +22,7 @@ from zoo.cli import entry_point
 from zoo.errors import UserError
 from zoo.log import MetricsLogger
 from zoo.recipe import run_config
+from zoo.retention import improves
 from zoo.rng import rng_state, set_rng_state
 from zoo.torch import (
     CHECKPOINT_NAME,
@@ -130,11 +131,14 @@ def train(args) -> dict:
         print(f"{env.world_size} process(es) on {device}, {run.precision}, {epochs} epochs x {steps_per_epoch} steps, "
               f"global batch {global_batch * env.world_size}" + (f", resumed at step {state.step}" if state.step else ""))  # fmt: skip
 
-    def save() -> None:
-        if primary:
+    def save(best: bool = False) -> None:
+        if (
+            primary
+        ):  # the newest run.keep_checkpoints stay; best: this evaluation beat the earlier ones (best.pt)
             save_training_checkpoint(
-                results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe)
-            )
+                results_dir / CHECKPOINT_NAME, checkpoint_state(step, scheduler, state, recipe),
+                keep=run.keep_checkpoints, mark_best=best,
+            )  # fmt: skip
 
     def after_step(state: TrainState) -> None:
         every = run.checkpoint_every
@@ -149,14 +153,15 @@ def train(args) -> dict:
         train_one_epoch(step, scheduler, train_batches, state, logger, steps_per_epoch=steps_per_epoch,
                         last_step=total_steps, log_every=run.log_every, after_step=after_step)  # fmt: skip
         finished = state.step >= total_steps
-        evaluated = finished or due(run.eval_every)
+        evaluated, improved = finished or due(run.eval_every), False
         if evaluated:
             metrics = evaluate(step.model, val_batches, device, run.precision)
+            improved = improves("top1", metrics["top1"], state.best.get("top1"))
             state.best["top1"] = max(state.best.get("top1", 0.0), metrics["top1"])
             logger.log(state.step, {**metrics, "epoch": state.epoch}, phase="eval")
         stop = finished or (evaluated and run.target.reached(metrics["top1"]))
-        if stop or due(run.checkpoint_every):
-            save()
+        if stop or improved or due(run.checkpoint_every):
+            save(best=improved)
         if stop:
             break
     logger.close()
