@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zoo_tree import ROOT
 
-from bad_input_rows.row import BROKEN_CONFIG, UNKNOWN_CHECKPOINT, Row, rows_for
+from bad_input_rows.row import BROKEN_CONFIG, UNKNOWN_CHECKPOINT, Row, repository_holds, rows_for
 
 MX_R50 = "MXNet/Classification/ResNet50"
 MX_R50_TINY = f"{ROOT / MX_R50}/configs/resnet50_digits_cpu.yaml"
@@ -150,6 +150,11 @@ ROWS: list[Row] = [
         MX_R50,
         "download_checkpoint.sh",
         [("unknown-name", ["pull", UNKNOWN_CHECKPOINT, "--cache-dir", "{cache}"], "unknown checkpoint")],
+    ),
+    *rows_for(
+        MX_R50,
+        "export_triton.sh",
+        [repository_holds("resnet50_mx_onnx", ["--checkpoint", "{text}"], "--model-repository")],
     ),
     # a negative GPU count, no decoding threads, a training checkpoint cut short, a pull cut short
     *rows_for(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -72,21 +73,27 @@ def serve(
         if not (repo / name / "config.pbtxt").is_file():
             raise UserError(f"model repository {repo} has no model {name}")
         check_config(repo / name)
-    served = Path(tempfile.mkdtemp(prefix="zoo-repo-"))
+    from zoo.dist import end_with_parent
+    from zoo.triton.server import exit_on_termination_signals, sweep_stale_work_dirs, work_dir_prefix
+
+    sweep_stale_work_dirs()  # what deploys killed with SIGKILL left
+    served = Path(tempfile.mkdtemp(prefix=work_dir_prefix("repo")))
     for name in names:
         (served / name).symlink_to((repo / name).resolve())
     port = http_port or _free_port()
     url = f"127.0.0.1:{port}"
     descriptor, log = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
     os.close(descriptor)
-    from zoo.triton.server import exit_on_termination_signals
-
     with exit_on_termination_signals(), tempfile.TemporaryFile("w+") as output:
         proc = None
         try:
             cmd = [server_python(), "-m", "zoo.triton", "serve", "--model-repository", str(served)]
             cmd += ["--http-port", str(port), "--python-env", python_env or sys.prefix, "--log-path", log]
-            proc = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+            # SIGTERM to the helper when this process dies, even by SIGKILL: it stops the server and its stubs
+            proc = subprocess.Popen(
+                cmd, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=functools.partial(end_with_parent, signal.SIGTERM, os.getpid()),
+            )  # fmt: skip
             _wait_ready(proc, url, output, log, timeout)
             print(f"tritonserver ready: HTTP {url} (log: {log})", file=sys.stderr)
             yield url

@@ -12,6 +12,7 @@ cannot import ``tritonclient.grpc`` that step runs in ``$ZOO_TRITON_PYTHON`` (de
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ import numpy as np
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
-from .triton_repo import INPUT_NAME, OUTPUT_NAME, zoo_triton_python
+from .triton_repo import INPUT_NAME, OUTPUT_NAME, triton_models, zoo_triton_python
 
 
 def export_onnx(net, onnx_path, *, image_size: int) -> Path:
@@ -40,15 +41,16 @@ def export_onnx(net, onnx_path, *, image_size: int) -> Path:
         prefix = os.path.join(tmp, "resnet50")
         net.export(prefix, 0)
         tmp_onnx = os.path.join(tmp, "model.onnx")
-        mx_onnx.export_model(
-            f"{prefix}-symbol.json",
-            f"{prefix}-0000.params",
-            [(1, 3, image_size, image_size)],
-            [np.float32],
-            tmp_onnx,
-            dynamic=True,
-            dynamic_input_shapes=[(None, 3, image_size, image_size)],
-        )
+        with _weights_as_raw_bytes():
+            mx_onnx.export_model(
+                f"{prefix}-symbol.json",
+                f"{prefix}-0000.params",
+                [(1, 3, image_size, image_size)],
+                [np.float32],
+                tmp_onnx,
+                dynamic=True,
+                dynamic_input_shapes=[(None, 3, image_size, image_size)],
+            )
         model = onnx.load(tmp_onnx)
     _tidy_graph(model)
     onnx.checker.check_model(model)
@@ -57,6 +59,29 @@ def export_onnx(net, onnx_path, *, image_size: int) -> Path:
     with atomic_write(onnx_path) as tmp:
         onnx.save(model, str(tmp))
     return onnx_path
+
+
+@contextlib.contextmanager
+def _weights_as_raw_bytes():
+    """Make mxnet.onnx store each weight tensor as one bytes field: it passes the values as a list,
+    which the pure-python protobuf that onnx 1.13 needs here checks and encodes number by number
+    (about 20 minutes of CPU for ResNet-50's 25M weights on a busy 2-core machine; seconds as bytes)."""
+    import onnx.helper
+    from onnx.mapping import TENSOR_TYPE_TO_NP_TYPE
+
+    make_tensor = onnx.helper.make_tensor
+
+    def make_raw_tensor(name, data_type, dims, vals, raw=False):
+        dtype = TENSOR_TYPE_TO_NP_TYPE.get(data_type)
+        if raw or dtype is None or np.dtype(dtype).kind not in "fiub":
+            return make_tensor(name, data_type, dims, vals, raw)
+        return make_tensor(name, data_type, dims, np.asarray(vals, dtype=dtype).tobytes(), raw=True)
+
+    onnx.helper.make_tensor = make_raw_tensor
+    try:
+        yield
+    finally:
+        onnx.helper.make_tensor = make_tensor
 
 
 def _tidy_graph(model) -> None:
@@ -140,11 +165,15 @@ def main(argv=None):
     p.add_argument("--max-batch-size", type=int, default=64)
     p.add_argument("--instance-kind", choices=["KIND_GPU", "KIND_CPU"], default="KIND_GPU", help="onnx model")
     p.add_argument("--num-classes", type=int, help="expected class count (checked against the checkpoint)")
+    p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = p.parse_args(argv)
     for flag in ("image_size", "max_batch_size", "num_classes"):
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise UserError(f"--{flag.replace('_', '-')} must be a positive integer, not {value}")
+    from zoo.triton.repository import refuse_existing_models
+
+    refuse_existing_models(args.model_repository, triton_models(args.name_prefix), force=args.force)
 
     net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes)
     image_size = args.image_size or meta.get("image_size", 224)
@@ -155,8 +184,16 @@ def main(argv=None):
                 f"--image-size {image_size} differs from the checkpoint's crop {meta['preprocessing'].crop}"
             )
     repo = Path(args.model_repository)
-    onnx_path = export_onnx(net, repo / ".export" / "model.onnx", image_size=image_size)
-    spec = {
+    repo.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=repo, prefix=f".zoo-export-{os.getpid()}-") as work:
+        onnx_path = export_onnx(net, Path(work) / "model.onnx", image_size=image_size)
+        write_repository(_spec(args, repo, onnx_path, image_size, meta))
+    print(f"wrote {repo}/{args.name_prefix}_onnx and {repo}/{args.name_prefix}_python", file=sys.stderr)
+
+
+def _spec(args, repo: Path, onnx_path: Path, image_size: int, meta: dict) -> dict:
+    """What triton_repo.write_repository needs, as JSON-ready values."""
+    return {
         "repository": str(repo.resolve()),
         "onnx": str(onnx_path.resolve()),
         "prefix": args.name_prefix,
@@ -165,11 +202,8 @@ def main(argv=None):
         "max_batch_size": args.max_batch_size,
         "instance_kind": args.instance_kind,
         "classes": meta.get("classes"),
+        "force": args.force,
     }
-    write_repository(spec)
-    (repo / ".export" / "model.onnx").unlink()
-    (repo / ".export").rmdir()
-    print(f"wrote {repo}/{args.name_prefix}_onnx and {repo}/{args.name_prefix}_python", file=sys.stderr)
 
 
 if __name__ == "__main__":

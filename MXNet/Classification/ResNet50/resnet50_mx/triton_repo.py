@@ -33,14 +33,19 @@ def zoo_triton_python() -> str | None:
 
 def write_repository(spec: dict) -> list:
     """``spec``: repository, onnx (file), prefix, image_size, num_classes, max_batch_size, instance_kind,
-    classes (optional list). Writes <prefix>_onnx and <prefix>_python; returns their folders."""
+    classes (optional list), force (optional). Writes <prefix>_onnx and <prefix>_python; returns their
+    folders. A model the repository already holds is a UserError unless ``force`` (then it is replaced whole)."""
     from zoo.triton.repository import (
         ONNX_PYTHON_MODEL,
         TensorSpec,
         model_config,
+        refuse_existing_models,
         validate_repository,
         write_model,
     )
+
+    force = bool(spec.get("force", False))
+    refuse_existing_models(spec["repository"], triton_models(spec["prefix"]), force=force)
 
     size, classes = int(spec["image_size"]), int(spec["num_classes"])
     max_batch = int(spec["max_batch_size"])
@@ -70,15 +75,21 @@ def write_repository(spec: dict) -> list:
     if spec.get("classes"):
         extra["labels.txt"] = ("\n".join(spec["classes"]) + "\n").encode()
     folders = [
-        write_model(spec["repository"], onnx_config, {"model.onnx": spec["onnx"], **extra}),
+        write_model(spec["repository"], onnx_config, {"model.onnx": spec["onnx"], **extra}, force=force),
         write_model(
             spec["repository"],
             python_config,
             {"model.py": ONNX_PYTHON_MODEL, "model.onnx": spec["onnx"], **extra},
+            force=force,
         ),
     ]
     validate_repository(spec["repository"])
     return folders
+
+
+def triton_models(prefix: str) -> list[str]:
+    """The names of the models write_repository writes."""
+    return [f"{prefix}_onnx", f"{prefix}_python"]
 
 
 @entry_point
