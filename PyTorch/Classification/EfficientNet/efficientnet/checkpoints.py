@@ -142,28 +142,42 @@ def load_model_state(model: torch.nn.Module, state: dict, path, *, reset_classif
 
 
 def build_model_for(
-    path, *, variant: str = "b0", wide_se: bool = False, width=None, num_classes: int = 1000, trusted=False
+    path,
+    *,
+    variant: str = "b0",
+    wide_se: bool = False,
+    width=None,
+    num_classes: int | None = None,
+    trusted=False,
 ) -> tuple[torch.nn.Module, int]:
     """The network for the weights at ``path`` with them loaded (eval mode), and its input size: a
     training checkpoint of ours rebuilds its recipe's model (variant, width, classes, data.image_size)
     with the weights its evaluation scored (the weight average where the run kept one);
-    any other file gets ``efficientnet(variant, wide_se=..., width=..., num_classes=...)`` at the
-    variant's published resolution."""
+    any other file gets ``efficientnet(variant, wide_se=..., width=...)`` with the weights' class count
+    at the variant's published resolution. ``num_classes`` (a user's flag) that contradicts the weights is
+    a CheckpointError naming both."""
     from efficientnet.model import VARIANTS, efficientnet
     from efficientnet.step import build_model
 
     saved = read_checkpoint(path, trusted=trusted)
+    # a run that kept a weight average (train.ema_decay) evaluated the average: score and export it too
+    averaged = saved.get("average") if isinstance(saved, dict) else None
+    state = extract_state_dict(averaged if isinstance(averaged, dict) else saved)
+    found = state["classifier.weight"].shape[0] if "classifier.weight" in state else None
+    if num_classes is not None and found is not None and num_classes != found:
+        raise CheckpointError(
+            f"checkpoint {path} has {found} classes, not --num-classes {num_classes} "
+            "(leave --num-classes out: the checkpoint says how many)"
+        )
     if isinstance(saved, dict) and isinstance(saved.get("recipe"), dict):
         recipe = saved["recipe"]
         model, image_size = build_model(recipe), int(recipe["data"]["image_size"])
     else:
         if variant not in VARIANTS:
             raise CheckpointError(f"--variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
-        model = efficientnet(variant, num_classes=num_classes, wide_se=wide_se, width=width)
+        model = efficientnet(variant, num_classes=found or num_classes or 1000, wide_se=wide_se, width=width)
         image_size = VARIANTS[variant].image_size
-    # a run that kept a weight average (train.ema_decay) evaluated the average: score and export it too
-    averaged = saved.get("average") if isinstance(saved, dict) else None
-    load_model_state(model, extract_state_dict(averaged if isinstance(averaged, dict) else saved), path)
+    load_model_state(model, state, path)
     return model.eval(), image_size
 
 
@@ -173,7 +187,9 @@ def add_model_args(parser) -> None:
     parser.add_argument("--variant", default="b0", help="b0..b4 (default b0)")
     parser.add_argument("--wide-se", action="store_true", help="EfficientNet-WideSE")
     parser.add_argument("--width", type=float, default=None, help="width multiplier instead of the variant's")
-    parser.add_argument("--num-classes", type=int, default=1000)
+    parser.add_argument(
+        "--num-classes", type=int, default=None, help="expected class count (default: the weights')"
+    )
 
 
 def resolve_weights(pretrained: str | None, init_checkpoint: str | None, **pull_args) -> pathlib.Path | None:

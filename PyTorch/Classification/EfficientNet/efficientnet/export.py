@@ -57,7 +57,8 @@ def load_model(checkpoint=None, pretrained=None, **model_args) -> tuple[torch.nn
         from efficientnet.model import VARIANTS
 
         variant = model_args.get("variant", "b0")
-        return efficientnet(**model_args).eval(), VARIANTS[variant].image_size
+        fresh = {**model_args, "num_classes": model_args.get("num_classes") or 1000}
+        return efficientnet(**fresh).eval(), VARIANTS[variant].image_size
     return build_model_for(weights, trusted=pretrained is None, **model_args)
 
 
