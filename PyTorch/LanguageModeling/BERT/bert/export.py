@@ -180,7 +180,9 @@ def main(argv=None) -> None:
     )
     p.add_argument("--model", help="architecture when the checkpoint carries none")
     p.add_argument(
-        "--vocab", help="vocab.txt (its size sets the embedding size when the checkpoint carries no config)"
+        "--vocab",
+        help="vocab.txt, copied into the repository (default: the one squad_model.pt was fine-tuned with; its "
+        "size sets the embedding size when the checkpoint carries no config)",
     )
     p.add_argument("--model-repository", default="results/triton_repository")
     p.add_argument("--max-batch-size", type=int, default=16)
@@ -197,6 +199,12 @@ def main(argv=None) -> None:
     from bert.inference import inference_model, load_squad_model
 
     refuse_existing_models(args.model_repository, triton_models(onnx=args.amp != "bf16"), force=args.force)
+    if args.vocab is None:  # a fine-tuned squad_model.pt names the vocabulary it was trained with
+        from bert.finetune_squad import read_fine_tuned
+
+        saved = read_fine_tuned(args.checkpoint) if Path(args.checkpoint).is_file() else None
+        named = saved.get("vocab") if isinstance(saved, dict) else None
+        args.vocab = named if named and Path(named).is_file() else None
     vocab_size = None
     if args.vocab:
         from zoo.data.wordpiece import load_tokenizer
