@@ -28,7 +28,7 @@ def main(argv=None) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--http-port", type=int, help="default: a free port")
     serve.add_argument("--grpc-port", type=int, help="default: a free port")
-    serve.add_argument("--metrics-port", type=int, help="default: a free port")
+    serve.add_argument("--metrics-port", type=int, help="default: no metrics endpoint")
     serve.add_argument("--python-env", help="venv that runs python-backend models (default: this one)")
     serve.add_argument("--log-path", help="tritonserver log file (default: a temp file)")
     serve.add_argument("--startup-timeout", type=float, default=120)

@@ -64,7 +64,9 @@ class TritonServer:
         self.host = host
         self.http_port = http_port or _free_port()
         self.grpc_port = grpc_port or _free_port()
-        self.metrics_port = metrics_port or _free_port()
+        # None: no metrics endpoint. A port picked free here can be taken before the server binds it, and
+        # Triton, ready by then, exits when its metrics service cannot start (seen with parallel servers).
+        self.metrics_port = metrics_port
         self.python_env = pathlib.Path(python_env or sys.prefix)
         self.startup_timeout = startup_timeout
         self._workdir = None
@@ -81,8 +83,8 @@ class TritonServer:
         return f"{_client_host(self.host)}:{self.grpc_port}"
 
     @property
-    def metrics_url(self) -> str:
-        return f"{_client_host(self.host)}:{self.metrics_port}"
+    def metrics_url(self) -> str | None:
+        return f"{_client_host(self.host)}:{self.metrics_port}" if self.metrics_port else None
 
     def start(self):
         """Launch tritonserver and wait until it and every model in the repository are ready.
@@ -115,9 +117,15 @@ class TritonServer:
             f"--http-port={self.http_port}",
             f"--grpc-address={self.host}",
             f"--grpc-port={self.grpc_port}",
-            f"--metrics-address={self.host}",
-            f"--metrics-port={self.metrics_port}",
-            "--allow-gpu-metrics=false",
+            *(
+                [
+                    f"--metrics-address={self.host}",
+                    f"--metrics-port={self.metrics_port}",
+                    "--allow-gpu-metrics=false",
+                ]
+                if self.metrics_port
+                else ["--allow-metrics=false"]
+            ),
             "--strict-readiness=true",
             "--exit-on-error=true",
             "--exit-timeout-secs=10",
