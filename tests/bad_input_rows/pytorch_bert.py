@@ -21,6 +21,35 @@ BERT_SQUAD += ["--results-dir", "{results}"]
 
 
 ROWS: list[Row] = [
+    # Prepared data whose token ids or metadata.json do not fit each other (zoo.data.bert), and a vocabulary
+    # that is not text: before training
+    *rows_for(
+        BERT,
+        "train.sh",
+        [
+            (
+                "shard-ids-beyond-vocab",
+                [*BERT_TRAIN, "--data-dir", "{bert_ids_beyond_vocab}"],
+                ("is damaged (token id", "-token vocabulary metadata.json names"),
+            ),
+            (
+                "metadata-vocab-too-small",
+                [*BERT_TRAIN, "--data-dir", "{bert_lying_metadata}"],
+                "beyond the 50-token vocabulary metadata.json names",
+            ),
+            (
+                "metadata-not-json",
+                [*BERT_TRAIN, "--data-dir", "{bert_metadata_not_json}"],
+                "metadata.json is not a readable JSON file",
+            ),
+            (
+                "squad-binary-vocab",
+                ["squad", *BERT_SQUAD[:4], "--vocab", "{foreign}", *BERT_SQUAD[6:], "--data-dir", "{squad}"]
+                + ["--do-train"],
+                ("resnet18_checkpoint.pt", "is not a UTF-8 text file"),
+            ),
+        ],
+    ),
     *rows_for(
         BERT,
         "train.sh",
