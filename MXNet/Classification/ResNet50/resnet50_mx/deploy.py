@@ -254,7 +254,7 @@ def main(argv=None):
     result = {
         "model": args.model,
         "images": int(len(images)),
-        "top1": float((predictions == labels).mean()),
+        "top1": 100 * float((predictions == labels).mean()),  # %, as training and evaluate.sh print it
         "batch_size": args.batch_size,
         "latency_ms": percentiles(latencies),
     }
