@@ -67,6 +67,7 @@ ROWS: list[Row] = [
             ),
             ("epochs-0", [*DLRM_TRAIN, "--epochs", "0"], "epochs must be a positive integer"),
             ("max-steps-0", [*DLRM_TRAIN, "--max-steps", "0"], "run.steps must be a positive integer"),
+            ("data-threads-0", [*DLRM_TRAIN, "--set", "data.threads=0"], "unknown recipe key 'data.threads'"),
             ("amp-none", [*DLRM_TRAIN, "--amp", "none"], "use --amp fp32"),
             (
                 "amp-fp16-torchrec",

@@ -28,6 +28,11 @@ ROWS: list[Row] = [
                 ("unknown recipe key 'optimizer.base_lrr'", "did you mean 'optimizer.base_lr'"),
             ),
             (
+                "checkpoint-every-0",
+                [*SSD_TRAIN, "--synthetic", "--set", "run.checkpoint_every=0"],
+                "run.checkpoint_every must be 'N epochs'",
+            ),
+            (
                 "second-set-kept",
                 [*SSD_TRAIN, "--synthetic", "--set", "run.batch_per_gpu=0", "--set", "run.epochs=1"],
                 "batch_per_gpu must be a positive integer",
