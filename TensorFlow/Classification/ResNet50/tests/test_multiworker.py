@@ -67,8 +67,9 @@ def test_two_workers_end_with_identical_weights(digits_tfrecords, tmp_path):
     # handful of elements (seen: 1 of 2.4M) are noise; a missed all-reduce differs by ~1e-2.
     for key in w0.files:
         np.testing.assert_allclose(w0[key], w1[key], rtol=1e-5, atol=1e-7, err_msg=key)
-    # only the chief's checkpoint is kept; validation ran over both workers' (uneven) shards
+    # only the chief's checkpoint is kept (and, its evaluation the first, as best/); validation ran over
+    # both workers' (uneven) shards
     kept = sorted(p.name for p in (tmp_path / "run" / "checkpoint").iterdir())
-    assert kept == ["latest.json", "step-4"]
+    assert kept == ["best", "latest.json", "step-4"]
     val = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["metrics"]["samples"] for r in val if r.get("phase") == "eval"] == [359]

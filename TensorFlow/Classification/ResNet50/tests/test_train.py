@@ -76,7 +76,7 @@ def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
     momentum is off by 1e-1 or more.
     """
     common = ["--data-dir", digits_tfrecords, "--batch-size", 16, "--epochs", 2, "--steps-per-epoch", 4]
-    common += ["--no-eval", "--set", "optimizer.lr_per_256=0.2", "--deterministic"]
+    common += ["--no-eval", "--set", "optimizer.lr_per_256=0.2", "--deterministic", "--keep-checkpoints", 3]
     # each run in a fresh process, as a resumed job is
     _train_process(*common, "--results-dir", tmp_path / "unbroken")
     first = _train_process(*common, "--results-dir", tmp_path / "resumed", "--max-steps", 6)
