@@ -21,27 +21,10 @@ interpolation, mean, std; applied by the ``pytorch`` backend).
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 from zoo.checkpoints import Preprocessing
-from zoo.imagenet_loaders.dali import DaliLoader
-from zoo.imagenet_loaders.folder import (
-    IMAGE_EXTENSIONS,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    DataError,
-    EpochLoader,
-    ShardedSampler,
-    build_folder_loader,
-    check_layout,
-    default_preprocessing,
-    eval_transform,
-    list_samples,
-    one_line,
-    val_resize_size,
-)
-from zoo.imagenet_loaders.gpu_decode import build_gpu_decode_loader, crop_resize
-from zoo.imagenet_loaders.synthetic import SyntheticLoader
 from zoo.recipe import flag as recipe_flag
 from zoo.recipe import run_config
 
@@ -53,6 +36,29 @@ __all__ = [
     "EpochLoader", "ShardedSampler", "SyntheticLoader", "build_loader", "check_layout", "crop_resize",
     "default_preprocessing", "eval_transform", "list_samples", "one_line", "val_resize_size",
 ]  # fmt: skip
+
+# The loaders import torch (and DALI); they load on first use, so that a script's --help and its parser's
+# choices (BACKENDS) need no framework.
+_LAZY = {
+    "DaliLoader": "dali",
+    "SyntheticLoader": "synthetic",
+    "build_gpu_decode_loader": "gpu_decode",
+    "crop_resize": "gpu_decode",
+    **{
+        name: "folder"
+        for name in (
+            "IMAGE_EXTENSIONS", "IMAGENET_MEAN", "IMAGENET_STD", "DataError", "EpochLoader", "ShardedSampler",
+            "build_folder_loader", "check_layout", "default_preprocessing", "eval_transform", "list_samples",
+            "one_line", "val_resize_size",
+        )
+    },
+}  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
 
 
 @dataclass
@@ -105,6 +111,16 @@ def build_loader(cfg: DataConfig, split: str, classes: list[str] | None = None):
     """The loader for ``split`` ("train" or "val") with the chosen backend: ``loader.epoch(e,
     start_batch)`` yields (images, labels) on ``cfg.device``; ``batches_per_epoch``,
     ``samples_per_epoch`` (all ranks) and ``global_batch`` describe it."""
+    from zoo.imagenet_loaders.dali import DaliLoader
+    from zoo.imagenet_loaders.folder import (
+        DataError,
+        build_folder_loader,
+        check_layout,
+        default_preprocessing,
+    )
+    from zoo.imagenet_loaders.gpu_decode import build_gpu_decode_loader
+    from zoo.imagenet_loaders.synthetic import SyntheticLoader
+
     if cfg.backend not in BACKENDS:
         raise DataError(f"unknown data backend {cfg.backend!r}; choose one of {', '.join(BACKENDS)}")
     if cfg.backend == "synthetic":

@@ -3,10 +3,6 @@ evaluation, export, serving."""
 
 import pathlib
 
-from efficientnet.model import VARIANTS, EfficientNet, efficientnet
-
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
 # The recipe train.py and benchmark.py read when --recipe is not given.
 DEFAULT_RECIPE = MODEL_DIR / "configs" / "efficientnet_b0_8gpu.yaml"
-
-__all__ = ["DEFAULT_RECIPE", "MODEL_DIR", "VARIANTS", "EfficientNet", "efficientnet"]

@@ -31,32 +31,22 @@ import os
 import platform
 import sys
 import time
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
 import zoo.cli
 import zoo.scaling
 from zoo.bench import format_profile, measure, profile_step, write_report
-from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.errors import UserError
-from zoo.imagenet_loaders import DataConfig, SyntheticLoader, build_loader, check_layout
 from zoo.recipe import run_config
 from zoo.torch import amp_dtype, autocast, fast_math, grad_scaler, seed_everything
 
 from efficientnet import DEFAULT_RECIPE
-from efficientnet.model import VARIANTS
-from efficientnet.step import (
-    TrainStep,
-    accumulation,
-    build_model,
-    build_optimizer,
-    build_train_step,
-    global_batch,
-    peak_learning_rate,
-    recipe_levers,
-)
+
+if TYPE_CHECKING:
+    import torch.nn as nn
+
+    from efficientnet.step import TrainStep
 
 MODELS = ("timm-eager", "timm-compile", "ours", "loader")
 # Kernel families of an EfficientNet step for --profile; first match wins.
@@ -92,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=50, help="steps in each timed window")
     p.add_argument("--windows", type=int, default=3, help="timed windows; the median is reported")
     p.add_argument("--latency-iters", type=int, default=200, help="batch-1 inference calls timed (0: none)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda where a GPU is visible)")
     p.add_argument(
         "--profile", action="store_true", help="print GPU time per kernel family of each train step"
     )
@@ -106,6 +96,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--gpus", metavar="N[,N...]", help="the scaling mode (zoo.scaling): see benchmark.sh --gpus 1 --help"
     )
     args = zoo.cli.parse_args(p, argv, renamed={"--json": "--output", "--variants": "--models"})
+    import torch  # after parsing: --help and a bad flag answer without loading the framework
+
+    from efficientnet.step import recipe_levers
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     models = [m for m in args.models.split(",") if m]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
@@ -128,6 +123,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     """The recipe's training step (DDP-wrapped and compiled as train.py builds it) on a few synthetic
     batches of one optimizer step each, different on every rank."""
+    import torch.distributed as dist
+    from zoo.imagenet_loaders import DataConfig, SyntheticLoader
+
+    from efficientnet.step import accumulation, build_train_step, global_batch
+
     step = build_train_step(recipe, device, world_size=world_size)
     rank = dist.get_rank() if dist.is_initialized() else 0
     data = DataConfig.from_recipe(
@@ -149,6 +149,10 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
 # ------------------------------------------------------------------------------------ ours vs timm
 def input_batches(args, device):
     """Endless (images, labels) on the device: the synthetic batch, or the recipe's pipeline on --data-dir."""
+    from zoo.imagenet_loaders import DataConfig, build_loader, check_layout
+
+    from efficientnet.step import accumulation
+
     recipe = args.recipe_dict
     data = DataConfig.from_recipe(
         recipe, device, accumulation=accumulation(recipe, 1), data_dir=args.data_dir
@@ -166,6 +170,8 @@ def input_batches(args, device):
 
 def ours_train_step(recipe: dict, device) -> TrainStep:
     """The training step train.py builds from the same recipe."""
+    from efficientnet.step import build_train_step
+
     return build_train_step(recipe, device)
 
 
@@ -173,6 +179,8 @@ def timm_model(recipe: dict) -> nn.Module:
     """timm's EfficientNet of the recipe's variant (its width where the recipe overrides it), with the
     recipe's classes, dropout and stochastic depth."""
     import timm
+
+    from efficientnet.model import VARIANTS
 
     model_cfg = recipe["model"]
     variant, kwargs = str(model_cfg["variant"]), {}
@@ -195,6 +203,11 @@ def timm_model(recipe: dict) -> nn.Module:
 def timm_train_step(name: str, recipe: dict, device):
     """timm's model as a user writes it: autocast, channels_last, the recipe's optimizer and
     label-smoothed loss, compiled for timm-compile."""
+    import torch
+    import torch.nn as nn
+
+    from efficientnet.step import build_optimizer, peak_learning_rate
+
     torch.backends.cudnn.benchmark = False
     model = timm_model(recipe).to(device, memory_format=torch.channels_last).train()
     optimizer = build_optimizer(recipe, model, peak_learning_rate(recipe, 1), fused=False)
@@ -217,6 +230,8 @@ def timm_train_step(name: str, recipe: dict, device):
 
 def levers(name: str, recipe: dict) -> dict:
     """What each row ran with: the recipe's levers for ours, timm's fixed ones for the baselines."""
+    from efficientnet.step import recipe_levers
+
     if name.startswith("timm-"):
         compiled = "default" if name == "timm-compile" else None
         return {"precision": run_config(recipe).precision, "compile": compiled, "channels_last": True,
@@ -226,6 +241,8 @@ def levers(name: str, recipe: dict) -> dict:
 
 def timed(step, args, device, items: int, per_call: bool = False) -> dict:
     """The first call's seconds, then zoo.bench.measure."""
+    import torch
+
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     started = time.perf_counter()
     step()
@@ -240,6 +257,10 @@ def timed(step, args, device, items: int, per_call: bool = False) -> dict:
 
 
 def bench_train(name: str, args, device) -> dict:
+    import torch
+
+    from efficientnet.step import global_batch
+
     recipe = args.recipe_dict
     seed_everything(run_config(recipe).seed)
     batches = input_batches(args, device)
@@ -265,6 +286,11 @@ def bench_train(name: str, args, device) -> dict:
 
 
 def bench_inference(name: str, args, device) -> dict:
+    import torch
+    from zoo.classification.inference import inference_model
+
+    from efficientnet.step import build_model, recipe_levers
+
     recipe = args.recipe_dict
     run = run_config(recipe)
     seed_everything(run.seed)
@@ -300,6 +326,9 @@ def bench_inference(name: str, args, device) -> dict:
 
 
 def run(args) -> list[dict]:
+    import torch
+    from zoo.imagenet_loaders import check_layout
+
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda asked for, but no CUDA device is visible")
     device = torch.device(args.device)
@@ -353,6 +382,9 @@ def main(argv=None) -> None:
         )
         return
     args = parse_args(argv)
+
+    import torch
+
     results = run(args)
     print_table(results)
     if args.output:

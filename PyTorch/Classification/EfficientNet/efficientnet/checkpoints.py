@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.checkpoints import CheckpointEntry, CheckpointError, Preprocessing, fetch, load_registry
 from zoo.cli import entry_point
 from zoo.errors import one_line
-from zoo.imagenet_loaders import IMAGENET_MEAN, IMAGENET_STD
+
+if TYPE_CHECKING:
+    import torch
 
 REGISTRY_PATH = pathlib.Path(__file__).resolve().parents[1] / "checkpoints.yaml"
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.", "model.")
@@ -40,6 +42,8 @@ def default_preprocessing(image_size: int) -> Preprocessing:
     """Validation preprocessing of our recipes (DeepLearningExamples'): short side to ``image_size + 32``,
     centre crop ``image_size``, bicubic, ImageNet mean/std (B0: 256 -> 224; B4: 412 -> 380). Below 224
     the margin shrinks with the size (at most a seventh of it) so that a small image keeps 7/8 of its side."""
+    from zoo.imagenet_loaders import IMAGENET_MEAN, IMAGENET_STD
+
     resize = image_size + min(32, image_size // 7)
     return Preprocessing(resize, image_size, "bicubic", IMAGENET_MEAN, IMAGENET_STD)
 
@@ -56,6 +60,8 @@ def eval_preprocessing(pretrained: str | None, image_size: int, registry_path=No
 
 def extract_state_dict(obj) -> dict[str, torch.Tensor]:
     """The model's state_dict from any understood checkpoint layout, with our key names."""
+    import torch
+
     if isinstance(obj, dict):
         for key in ("model", "state_dict", "model_state_dict"):
             if key in obj and isinstance(obj[key], dict):
@@ -77,6 +83,8 @@ def extract_state_dict(obj) -> dict[str, torch.Tensor]:
 
 def read_checkpoint(path, *, trusted: bool = False) -> dict:
     """torch.load a checkpoint on the CPU; only tensors unless ``trusted`` (our own training state)."""
+    import torch
+
     path = pathlib.Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")

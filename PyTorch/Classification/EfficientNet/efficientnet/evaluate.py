@@ -15,20 +15,18 @@ import os
 import pathlib
 import time
 
-import torch
 import zoo.cli
 from zoo.checkpoints import CheckpointError
-from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
-from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layout
 from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 
-from efficientnet.checkpoints import add_model_args, build_model_for, eval_preprocessing, resolve_weights
-from efficientnet.engine import evaluate
-
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from zoo.imagenet_loaders import BACKENDS
+
+    from efficientnet.checkpoints import add_model_args
+
     p = argparse.ArgumentParser(prog="python -m efficientnet.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", default=None, help="training checkpoint or state_dict file")
     p.add_argument("--pretrained", default=None, help="registry name (checkpoints.yaml) instead of a file")
@@ -48,12 +46,23 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="precision of the weights (the exported model's: BatchNorm folded, weights cast outright)",
     )  # fmt: skip
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda where a GPU is visible)")
     p.add_argument("--limit-batches", type=int, default=None, help="evaluate only the first N batches")
-    return zoo.cli.parse_args(p, argv, renamed={"--output": "--results-dir (eval.json is written there)"})
+    args = zoo.cli.parse_args(p, argv, renamed={"--output": "--results-dir (eval.json is written there)"})
+    import torch  # after parsing: --help and a bad flag answer without loading the framework
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return args
 
 
 def run(args) -> dict:
+    import torch
+    from zoo.classification.inference import inference_model
+    from zoo.imagenet_loaders import DataConfig, build_loader, check_layout
+
+    from efficientnet.checkpoints import build_model_for, eval_preprocessing, resolve_weights
+    from efficientnet.engine import evaluate
+
     weights = resolve_weights(args.pretrained, args.checkpoint)
     if weights is None:
         raise CheckpointError("give --checkpoint PATH or --pretrained NAME")

@@ -19,14 +19,12 @@ import math
 import os
 import pathlib
 import sys
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
 from zoo.cli import entry_point
 from zoo.dist import get_dist_env
 from zoo.errors import UserError
-from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layout
-from zoo.imagenet_loaders.verify import check_split
 from zoo.log import MetricsLogger
 from zoo.recipe import COMPILE_MODES, RunConfig, run_config
 from zoo.retention import improves
@@ -44,22 +42,11 @@ from zoo.torch import (
 )
 
 from efficientnet import DEFAULT_RECIPE
-from efficientnet.checkpoints import (
-    default_preprocessing,
-    extract_state_dict,
-    load_model_state,
-    load_weights,
-    resolve_weights,
-)
-from efficientnet.engine import Throughput, TrainState, evaluate, train_one_epoch
-from efficientnet.step import (
-    accumulation,
-    build_model,
-    build_train_step,
-    global_batch,
-    lr_schedule,
-    recipe_levers,
-)
+
+if TYPE_CHECKING:
+    from zoo.imagenet_loaders import DataConfig
+
+    from efficientnet.engine import TrainState
 
 # What a checkpoint of this script holds besides zoo's fields (--resume refuses a file without them).
 STATE_FIELDS = (*TRAINING_STATE_FIELDS, "scheduler", "scaler", "step_in_epoch", "best", "classes", "average")
@@ -94,6 +81,8 @@ FLAG_TO_RECIPE = {
 
 def parse_args(argv=None) -> argparse.Namespace:
     """The training flags (zoo.cli's shared ones, then EfficientNet's); old spellings are one-line errors."""
+    from zoo.imagenet_loaders import BACKENDS
+
     p = argparse.ArgumentParser(
         prog="python -m efficientnet.train",
         description="Train EfficientNet (recipe YAML + flags; torchrun for several GPUs or nodes).",
@@ -188,6 +177,9 @@ def run_length(run: RunConfig, steps_per_epoch: int) -> tuple[int, int]:
 
 def check_data(data: DataConfig, primary: bool) -> list[str] | None:
     """The class names of the image folder (None for synthetic data), checked before anything runs."""
+    from zoo.imagenet_loaders import check_layout
+    from zoo.imagenet_loaders.verify import check_split
+
     if data.backend == "synthetic":
         return None
     classes = check_layout(data.data_dir, data.num_classes)
@@ -235,6 +227,8 @@ def restore(saved: dict, step, scheduler, state: TrainState) -> None:
 def evaluate_epoch(step, val_loader, device, run: RunConfig, state: TrainState, logger, progress) -> dict:
     """Validation after epoch ``state.epoch`` (the EMA weights where the recipe keeps them): top-1/top-5
     logged, the best kept."""
+    from efficientnet.engine import evaluate
+
     metrics = evaluate(step.eval_model, val_loader, device, run.precision, progress=progress)
     state.best["top1"] = max(state.best.get("top1", 0.0), metrics["top1"])
     logger.log(state.step, {**metrics, "epoch": state.epoch}, phase="eval")
@@ -249,6 +243,26 @@ def due_after_epoch(interval, state: TrainState) -> bool:
 def train(args) -> dict:
     """Build the run from the recipe and the flags, resume, train epoch by epoch, evaluate, checkpoint,
     stop at the target; returns the last validation metrics, the best top-1 and the trained model."""
+    import torch
+    from zoo.imagenet_loaders import DataConfig, build_loader
+
+    from efficientnet.checkpoints import (
+        default_preprocessing,
+        extract_state_dict,
+        load_model_state,
+        load_weights,
+        resolve_weights,
+    )
+    from efficientnet.engine import Throughput, TrainState, train_one_epoch
+    from efficientnet.step import (
+        accumulation,
+        build_model,
+        build_train_step,
+        global_batch,
+        lr_schedule,
+        recipe_levers,
+    )
+
     recipe = build_recipe(args)
     run = run_config(recipe, args.recipe)
     if run.eval_every is not None and run.eval_every.unit != "epochs":

@@ -2,10 +2,6 @@
 
 import pathlib
 
-from resnet50.model import Bottleneck, ResNet, resnet50
-
 MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
 # The recipe train.py and benchmark.py read when --recipe is not given.
 DEFAULT_RECIPE = MODEL_DIR / "configs" / "resnet50_1gpu_90ep.yaml"
-
-__all__ = ["DEFAULT_RECIPE", "MODEL_DIR", "Bottleneck", "ResNet", "resnet50"]

@@ -30,30 +30,20 @@ import os
 import platform
 import sys
 import time
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
 import zoo.cli
 import zoo.scaling
 from zoo.bench import format_profile, measure, profile_step, write_report
-from zoo.classification.inference import inference_model
 from zoo.cli import entry_point
 from zoo.errors import UserError
-from zoo.imagenet_loaders import DataConfig, SyntheticLoader, build_loader, check_layout
 from zoo.recipe import run_config
 from zoo.torch import amp_dtype, autocast, fast_math, grad_scaler, parameter_groups, seed_everything
 
 from resnet50 import DEFAULT_RECIPE
-from resnet50.step import (
-    TrainStep,
-    accumulation,
-    build_model,
-    build_train_step,
-    global_batch,
-    peak_learning_rate,
-    recipe_levers,
-)
+
+if TYPE_CHECKING:
+    from resnet50.step import TrainStep
 
 MODELS = ("tv-eager", "tv-compile", "ours", "loader")
 # Kernel families of a ResNet-50 step for --profile; first match wins.
@@ -71,6 +61,7 @@ SCALING_BATCHES = 4
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+
     p = argparse.ArgumentParser(
         prog="benchmark.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -87,7 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--iters", type=int, default=50, help="steps in each timed window")
     p.add_argument("--windows", type=int, default=3, help="timed windows; the median is reported")
     p.add_argument("--latency-iters", type=int, default=200, help="batch-1 inference calls timed (0: none)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda where a GPU is visible)")
     p.add_argument(
         "--profile", action="store_true", help="print GPU time per kernel family of each train step"
     )
@@ -101,6 +92,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--gpus", metavar="N[,N...]", help="the scaling mode (zoo.scaling): see benchmark.sh --gpus 1 --help"
     )
     args = zoo.cli.parse_args(p, argv, renamed={"--json": "--output", "--variants": "--models"})
+    import torch  # after parsing: --help and a bad flag answer without loading the framework
+
+    from resnet50.step import recipe_levers
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     models = [m for m in args.models.split(",") if m]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
@@ -123,6 +119,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     """The recipe's training step (DDP-wrapped and compiled as train.py builds it) on a few synthetic
     batches of one optimizer step each, different on every rank."""
+    import torch.distributed as dist
+    from zoo.imagenet_loaders import DataConfig, SyntheticLoader
+
+    from resnet50.step import accumulation, build_train_step, global_batch
+
     step = build_train_step(recipe, device, world_size=world_size)
     rank = dist.get_rank() if dist.is_initialized() else 0
     data = DataConfig.from_recipe(
@@ -144,6 +145,10 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
 # ------------------------------------------------------------------------------ ours vs torchvision
 def input_batches(args, device):
     """Endless (images, labels) on the device: the synthetic batch, or the recipe's pipeline on --data-dir."""
+    from zoo.imagenet_loaders import DataConfig, build_loader, check_layout
+
+    from resnet50.step import accumulation
+
     recipe = args.recipe_dict
     data = DataConfig.from_recipe(
         recipe, device, accumulation=accumulation(recipe, 1), data_dir=args.data_dir
@@ -161,13 +166,19 @@ def input_batches(args, device):
 
 def ours_train_step(recipe: dict, device) -> TrainStep:
     """The training step train.py builds from the same recipe."""
+    from resnet50.step import build_train_step
+
     return build_train_step(recipe, device)
 
 
 def torchvision_train_step(name: str, recipe: dict, device):
     """torchvision's resnet50 as a user writes it: autocast, channels_last, foreach SGD, compiled for
     tv-compile; the recipe's hyper-parameters."""
+    import torch
+    import torch.nn as nn
     import torchvision
+
+    from resnet50.step import peak_learning_rate
 
     torch.backends.cudnn.benchmark = False
     model = torchvision.models.resnet50(num_classes=int(recipe["model"]["num_classes"]))
@@ -194,6 +205,8 @@ def torchvision_train_step(name: str, recipe: dict, device):
 
 def levers(name: str, recipe: dict) -> dict:
     """What each row ran with: the recipe's levers for ours, torchvision's fixed ones for the baselines."""
+    from resnet50.step import recipe_levers
+
     if name.startswith("tv-"):
         compiled = "default" if name == "tv-compile" else None
         return {"precision": run_config(recipe).precision, "compile": compiled, "channels_last": True,
@@ -203,6 +216,8 @@ def levers(name: str, recipe: dict) -> dict:
 
 def timed(step, args, device, items: int, per_call: bool = False) -> dict:
     """The first call's seconds, then zoo.bench.measure."""
+    import torch
+
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     started = time.perf_counter()
     step()
@@ -217,6 +232,10 @@ def timed(step, args, device, items: int, per_call: bool = False) -> dict:
 
 
 def bench_train(name: str, args, device) -> dict:
+    import torch
+
+    from resnet50.step import global_batch
+
     recipe = args.recipe_dict
     seed_everything(run_config(recipe).seed)
     batches = input_batches(args, device)
@@ -242,6 +261,11 @@ def bench_train(name: str, args, device) -> dict:
 
 
 def bench_inference(name: str, args, device) -> dict:
+    import torch
+    from zoo.classification.inference import inference_model
+
+    from resnet50.step import build_model, recipe_levers
+
     recipe = args.recipe_dict
     run = run_config(recipe)
     seed_everything(run.seed)
@@ -279,6 +303,9 @@ def bench_inference(name: str, args, device) -> dict:
 
 
 def run(args) -> list[dict]:
+    import torch
+    from zoo.imagenet_loaders import check_layout
+
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UserError("--device cuda asked for, but no CUDA device is visible")
     device = torch.device(args.device)
@@ -325,11 +352,15 @@ def print_table(results: list[dict]) -> None:
 
 @entry_point
 def main(argv=None) -> None:
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if zoo.scaling.asked_for(argv):
         zoo.scaling.main(argv, module="resnet50.benchmark", build=scaling_step, default_recipe=DEFAULT_RECIPE)
         return
     args = parse_args(argv)
+
+    import torch
+
     results = run(args)
     print_table(results)
     if args.output:

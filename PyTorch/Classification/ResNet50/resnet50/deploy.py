@@ -19,19 +19,12 @@ import time
 import numpy as np
 from zoo.bench import percentiles
 from zoo.cli import entry_point
-from zoo.imagenet_loaders import (
-    IMAGE_EXTENSIONS,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    DataError,
-    one_line,
-    val_resize_size,
-)
 
 
 def preprocess(path, image_size: int) -> np.ndarray:
     """The validation transform (resize short side, centre crop, normalise) as FP32 [3,H,W]."""
     from PIL import Image, UnidentifiedImageError
+    from zoo.imagenet_loaders import IMAGENET_MEAN, IMAGENET_STD, DataError, one_line, val_resize_size
 
     try:
         with Image.open(path) as image:
@@ -51,6 +44,8 @@ def preprocess(path, image_size: int) -> np.ndarray:
 
 
 def collect_images(paths: list[str]) -> list[pathlib.Path]:
+    from zoo.imagenet_loaders import IMAGE_EXTENSIONS, DataError
+
     images = []
     for item in paths:
         path = pathlib.Path(item)
@@ -154,6 +149,8 @@ def main(argv=None) -> None:
     p.add_argument("--server-log", default=None, help="write tritonserver's output here")
     add_load_args(p)
     args = p.parse_args(argv)
+    from zoo.imagenet_loaders import DataError, one_line  # after parsing: they load torch
+
     try:
         images = collect_images(args.images)
         names = pathlib.Path(args.classes).read_text().split() if args.classes else None

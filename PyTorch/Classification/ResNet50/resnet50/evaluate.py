@@ -18,13 +18,12 @@ import time
 import zoo.cli
 from zoo.checkpoints import CheckpointError
 from zoo.cli import entry_point
-from zoo.imagenet_loaders import BACKENDS, DataConfig, build_loader, check_layout
 from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    import torch
+    from zoo.imagenet_loaders import BACKENDS
 
     p = argparse.ArgumentParser(prog="python -m resnet50.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint", default=None, help="training checkpoint or state_dict file")
@@ -50,14 +49,19 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="precision of the weights (the exported model's: BatchNorm folded, weights cast outright)",
     )  # fmt: skip
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda where a GPU is visible)")
     p.add_argument("--limit-batches", type=int, default=None, help="evaluate only the first N batches")
-    return zoo.cli.parse_args(p, argv, renamed={"--output": "--results-dir (eval.json is written there)"})
+    args = zoo.cli.parse_args(p, argv, renamed={"--output": "--results-dir (eval.json is written there)"})
+    import torch  # after parsing: --help and a bad flag answer without loading the framework
+
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return args
 
 
 def run(args) -> dict:
     import torch
     from zoo.classification.inference import inference_model
+    from zoo.imagenet_loaders import DataConfig, build_loader, check_layout
 
     from resnet50.checkpoints import eval_preprocessing, resolve_weights, trained_model
     from resnet50.engine import evaluate

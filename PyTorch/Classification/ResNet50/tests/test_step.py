@@ -16,16 +16,17 @@ TINY = ["--recipe", DIGITS, "--batch-size", "2", "--set", "data.image_size=32"]
 def test_train_py_runs_the_step_benchmark_times(tmp_path, monkeypatch):
     """train.py's step object and the benchmark's "ours" are one class built from the same recipe with
     the same levers and hyper-parameters; from equal weights, one step on one batch gives equal weights."""
-    built = []
+    built, build_step = [], step.build_train_step
 
     def recording(*args, **kwargs):
-        built.append(step.build_train_step(*args, **kwargs))
+        built.append(build_step(*args, **kwargs))
         return built[-1]
 
-    monkeypatch.setattr(train, "build_train_step", recording)
+    monkeypatch.setattr(step, "build_train_step", recording)  # train.py imports it when a run starts
     train.train(train.parse_args([*TINY, "--synthetic", "--epochs", "1", "--steps-per-epoch", "1", "--device", "cpu",
                                   "--results-dir", str(tmp_path)]))  # fmt: skip
     (trained,) = built
+    monkeypatch.undo()
     ours = benchmark.ours_train_step(benchmark.parse_args(TINY).recipe_dict, torch.device("cpu"))
     assert type(trained) is type(ours) is step.TrainStep
     assert trained.levers == ours.levers == {"precision": "fp32", "compile": None, "channels_last": False,

@@ -73,6 +73,8 @@ def test_mlperf_log_passes_the_compliance_checker(tmp_path, digits16):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     check_log(out / "mlperf.log", "resnet")
+    # the events go to the file only: the console shows them with --verbose (zoo.console)
+    assert ":::MLLOG" not in result.stdout + result.stderr, result.stdout[-2000:]
     events = mllog_events(out / "mlperf.log")
     keys = [e["key"] for e in events]
     for key in ("submission_benchmark", "cache_clear", "init_start", "init_stop", "run_start", "seed",

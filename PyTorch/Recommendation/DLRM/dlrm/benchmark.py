@@ -15,16 +15,14 @@ import itertools
 import pathlib
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 import zoo.scaling
 from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
-
-from dlrm.step import DEFAULT_RECIPE, TrainStep, check_recipe
 
 
 def synthetic_batches(count: int, batch: int, rows: list[int], hotness: list[int], seed: int = 0):
     """``count`` (labels, dense, sparse) batches of random clicks, log-counts and ids within ``rows``."""
+    import torch
+
     from dlrm.data import NUM_DENSE, expand_categorical
 
     rng = np.random.default_rng(seed)
@@ -46,12 +44,14 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     otherwise) on 4 random batches of ``run.batch_per_gpu`` rows a GPU, cycled, ids below
     ``benchmark.rows_per_table`` rows per table; the replicas compared are the whole plain model, or
     TorchRec's dense part (its tables are sharded, not replicated)."""
+    import torch
     import torch.distributed as dist
     from zoo.recipe import run_config
 
     from dlrm.data import NUM_CATEGORICAL, NUM_DENSE
     from dlrm.model import hotness_of, table_sizes
     from dlrm.sharding import dense_parameters
+    from dlrm.step import TrainStep, check_recipe
 
     check_recipe(recipe)
     run = run_config(recipe)
@@ -73,6 +73,8 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
 
 def baseline_step(recipe: dict, rows: list[int], num_dense: int, device, amp: str):
     """A step function of the original-style eager DLRM (EmbeddingBag(sparse=True) per table, SGD)."""
+    import torch
+    import torch.nn.functional as F
     from zoo.recipe import run_config
     from zoo.torch import autocast
 
@@ -99,12 +101,7 @@ def baseline_step(recipe: dict, rows: list[int], num_dense: int, device, amp: st
 
 @entry_point
 def main(argv=None) -> None:
-    from zoo.bench import measure, write_report
-    from zoo.recipe import run_config
-    from zoo.torch import close_distributed, fast_math, init_distributed
-
-    from dlrm.data import NUM_DENSE
-    from dlrm.model import hotness_of, table_sizes
+    from dlrm import DEFAULT_RECIPE
 
     if zoo.scaling.asked_for(argv):
         return zoo.scaling.main(
@@ -138,6 +135,15 @@ def main(argv=None) -> None:
         "--warmup N (20), --output FILE; benchmark.rows_per_table sizes the tables",
     )
     args = parse_args(parser, argv)
+    import torch
+    from zoo.bench import measure, write_report
+    from zoo.recipe import run_config
+    from zoo.torch import close_distributed, fast_math, init_distributed
+
+    from dlrm.data import NUM_DENSE
+    from dlrm.model import hotness_of, table_sizes
+    from dlrm.step import TrainStep, check_recipe  # after parsing: they load torch
+
     recipe = recipe_from_args(args)
     check_recipe(recipe)
     run = run_config(recipe, args.recipe)

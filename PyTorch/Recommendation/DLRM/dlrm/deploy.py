@@ -36,12 +36,7 @@ def score(url, protocol, requests: list[dict]) -> tuple[np.ndarray, float]:
 
 @entry_point
 def main(argv=None) -> None:
-    from sklearn.metrics import roc_auc_score
-    from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
-    from zoo.triton.repository import parse_pbtxt
-
-    from dlrm.data import Split, expand_categorical
 
     p = argparse.ArgumentParser(prog="python -m dlrm.deploy", description=__doc__.split("\n\n")[0])
     p.add_argument("--repository", default="model_repository", help="from dlrm.export / export_triton.sh")
@@ -54,6 +49,13 @@ def main(argv=None) -> None:
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     add_load_args(p)
     a = p.parse_args(argv)
+
+    from sklearn.metrics import roc_auc_score
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.repository import parse_pbtxt
+
+    from dlrm.data import Split, expand_categorical
+
     if not a.data_dir:
         raise SystemExit("error: give --data-dir (or set DATA_DIR)")
     repo = Path(a.repository)

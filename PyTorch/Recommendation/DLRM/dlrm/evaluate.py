@@ -13,18 +13,10 @@ import pathlib
 from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
 from zoo.errors import UserError
 
-from dlrm.step import DEFAULT_RECIPE
-
 
 @entry_point
 def main(argv=None) -> None:
-    from zoo.io import atomic_write
-    from zoo.log import MetricsLogger
-    from zoo.torch import SHARDED_CHECKPOINT_NAME, close_distributed, init_distributed
-
-    from dlrm.data import Split, read_meta
-    from dlrm.engine import evaluate
-    from dlrm.step import TrainStep, read_checkpoint
+    from dlrm import DEFAULT_RECIPE
 
     parser = argparse.ArgumentParser(prog="python -m dlrm.evaluate", description=__doc__.split("\n\n")[0])
     add_run_args(

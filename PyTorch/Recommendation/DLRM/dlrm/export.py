@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import add_run_args, entry_point, parse_args, recipe_from_args
 
-from dlrm.step import CHECKPOINT_WHAT, DEFAULT_RECIPE, checkpoint_fields, read_checkpoint
+if TYPE_CHECKING:
+    import torch
 
 
 def load_plain(recipe: dict, checkpoint) -> tuple[torch.nn.Module, dict]:
@@ -25,6 +26,7 @@ def load_plain(recipe: dict, checkpoint) -> tuple[torch.nn.Module, dict]:
     from zoo.torch import load_training_checkpoint_sharded
 
     from dlrm.model import build_plain
+    from dlrm.step import CHECKPOINT_WHAT, checkpoint_fields, read_checkpoint
 
     state = read_checkpoint(checkpoint, flag="--checkpoint")
     seed = run_config(recipe).seed
@@ -38,6 +40,7 @@ def load_plain(recipe: dict, checkpoint) -> tuple[torch.nn.Module, dict]:
 
 
 def export_onnx(model, path, num_dense: int, sparse_width: int) -> None:
+    import torch
     from zoo.io import atomic_write
 
     from dlrm.model import CTRModel
@@ -121,6 +124,8 @@ def write_repository(
 
 @entry_point
 def main(argv=None) -> None:
+    from dlrm import DEFAULT_RECIPE
+
     parser = argparse.ArgumentParser(prog="python -m dlrm.export", description=__doc__.split("\n\n")[0])
     add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_dir=False, amp=False, resume=False)
     parser.add_argument(

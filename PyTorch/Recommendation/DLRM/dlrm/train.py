@@ -13,16 +13,15 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-import torch
 from zoo.cli import add_run_args, add_target_arg, entry_point, parse_args, recipe_from_args, resolve_resume
 from zoo.errors import UserError
-
-from dlrm.step import DEFAULT_RECIPE
 
 MLPERF_BENCHMARK = "dlrm_dcnv2"
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dlrm import DEFAULT_RECIPE
+
     parser = argparse.ArgumentParser(prog="python -m dlrm.train", description=__doc__.split("\n\n")[0])
     add_run_args(parser, default_recipe=DEFAULT_RECIPE, data_help="prepared Criteo shards ($DATA_DIR)")
     add_target_arg(parser, "auc", unit="ROC AUC fraction, MLPerf's unit", example=0.80275)

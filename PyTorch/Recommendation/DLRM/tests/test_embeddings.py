@@ -119,7 +119,8 @@ def test_rowwise_adagrad_on_an_accumulated_sparse_gradient_equals_the_dense_upda
 def test_plain_checkpoint_keeps_the_per_table_layout_and_restores_weights_and_optimizer(tmp_path):
     """TrainStep.save writes one entry per table (as before the tables were fused, and as TorchRec), no
     copy of the whole fused weight per table; TrainStep.load puts weights and row-wise state back."""
-    from dlrm.step import DEFAULT_RECIPE, TrainStep
+    from dlrm import DEFAULT_RECIPE
+    from dlrm.step import TrainStep
     from zoo.recipe import load_recipe
 
     recipe = load_recipe(

@@ -34,8 +34,8 @@ def trained(synthetic_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exported(trained, synthetic_dir, tmp_path_factory):
+    from dlrm import DEFAULT_RECIPE
     from dlrm.export import load_plain, write_repository
-    from dlrm.step import DEFAULT_RECIPE
     from zoo.recipe import load_recipe
 
     recipe = load_recipe(
@@ -80,8 +80,8 @@ def test_onnx_matches_the_pytorch_model(exported):
 
 
 def test_checkpoint_of_another_model_is_a_one_line_error(trained):
+    from dlrm import DEFAULT_RECIPE
     from dlrm.export import load_plain
-    from dlrm.step import DEFAULT_RECIPE
     from zoo.errors import UserError
     from zoo.recipe import load_recipe
 

@@ -182,7 +182,8 @@ def test_recipe_key_selects_the_kernels_in_the_training_step():
 
 
 def test_bad_table_kernels_and_fp16_are_one_line_errors():
-    from dlrm.step import DEFAULT_RECIPE, check_recipe, table_kernels_of
+    from dlrm import DEFAULT_RECIPE
+    from dlrm.step import check_recipe, table_kernels_of
     from zoo.errors import UserError
     from zoo.recipe import load_recipe
 

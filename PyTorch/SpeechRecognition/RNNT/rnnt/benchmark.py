@@ -16,13 +16,12 @@ import argparse
 import datetime
 import platform
 
-import torch
 from zoo.cli import entry_point
-
-from rnnt.step import DEFAULT_RECIPE, TrainStep
 
 
 def random_batch(recipe: dict, batch: int, vocab_size: int, generator) -> tuple:
+    import torch
+
     seconds, labels = float(recipe["benchmark"]["seconds"]), int(recipe["benchmark"]["labels"])
     samples = int(seconds * int(recipe["features"]["sample_rate"]))
     audio = 0.1 * torch.randn(batch, samples, generator=generator)
@@ -34,6 +33,8 @@ class PlainStep:
     """The peer: model(features) -> full log-softmax lattice -> rnnt_loss_plain, Adam, eager autocast."""
 
     def __init__(self, model, recipe: dict, device, amp: str):
+        import torch
+
         from rnnt.features import LogMelFeatures
 
         self.model, self.device, self.amp = model.to(device).train(), torch.device(device), amp
@@ -41,6 +42,7 @@ class PlainStep:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def __call__(self, batches: list):
+        import torch
         from zoo.torch import autocast
 
         from rnnt.loss import rnnt_loss_plain
@@ -61,11 +63,9 @@ class PlainStep:
 
 @entry_point
 def main(argv=None) -> dict:
-    from zoo.bench import measure, write_report
     from zoo.cli import add_run_args, parse_args, recipe_from_args
-    from zoo.recipe import run_config
 
-    from rnnt.model import build_model
+    from rnnt import DEFAULT_RECIPE
 
     parser = argparse.ArgumentParser(
         prog="scripts/benchmark.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -92,6 +92,13 @@ def main(argv=None) -> dict:
     parser.add_argument("--device", default=None, help="cpu, cuda (default: cuda where CUDA is)")
     parser.add_argument("--output", default=None, help="the JSON report (default RESULTS_DIR/benchmark.json)")
     args = parse_args(parser, argv)
+    import torch
+    from zoo.bench import measure, write_report
+    from zoo.recipe import run_config
+
+    from rnnt.model import build_model
+    from rnnt.step import TrainStep  # after parsing: it loads torch
+
     recipe = recipe_from_args(args)
     recipe["run"]["accumulation"] = 1  # one micro-batch a step: both sides time the same work
     run = run_config(recipe, args.recipe)

@@ -19,8 +19,6 @@ import numpy as np
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
-from rnnt.export import TRITON_MODEL
-
 
 def request_inputs(audio: list) -> list[dict]:
     """One request per utterance: ``{"audio": (1, L) fp32, "audio_lengths": (1,) int64}``."""
@@ -34,6 +32,8 @@ def transcribe_served(url: str, tokenizer, audio: list, protocol: str = "http") 
     """Transcripts of ``audio`` (16 kHz float arrays) by the served model, over one connection."""
     from zoo.triton.client import TritonClient
 
+    from rnnt.export import TRITON_MODEL
+
     texts = []
     with TritonClient(url, protocol) as client:
         for inputs in request_inputs(audio):
@@ -45,10 +45,7 @@ def transcribe_served(url: str, tokenizer, audio: list, protocol: str = "http") 
 @entry_point
 def main(argv=None) -> list:
     """The transcripts (in load mode: ``load_test``'s rows, one per concurrency level)."""
-    from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
-
-    from rnnt.data import load_tokenizer, read_audio
 
     parser = argparse.ArgumentParser(
         prog="scripts/deploy_triton.sh",
@@ -61,6 +58,12 @@ def main(argv=None) -> list:
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     add_load_args(parser)
     args = parser.parse_args(argv)
+
+    from zoo.triton.client import serve_or_connect
+
+    from rnnt.data import load_tokenizer, read_audio
+    from rnnt.export import TRITON_MODEL
+
     repo = pathlib.Path(args.repository)
     if not (repo / TRITON_MODEL / "config.pbtxt").is_file():
         raise UserError(f"{repo} holds no {TRITON_MODEL}/config.pbtxt: run scripts/export_triton.sh first")

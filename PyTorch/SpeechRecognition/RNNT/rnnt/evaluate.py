@@ -44,15 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 @entry_point
 def main(argv=None) -> dict:
-    import torch
     from zoo.cli import parse_args
+
+    args = parse_args(build_parser(), argv)
+
+    import torch
     from zoo.io import atomic_write
 
     from rnnt.data import Utterances
     from rnnt.engine import evaluate
     from rnnt.inference import load_recognizer
 
-    args = parse_args(build_parser(), argv)
     if args.batch_size is not None and args.batch_size < 1:
         raise UserError(f"--batch-size must be a positive integer, not {args.batch_size}")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -21,50 +21,24 @@ from __future__ import annotations
 import argparse
 import pathlib
 import tempfile
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
 from zoo.cli import entry_point
 
-from rnnt.features import LogMelFeatures
-from rnnt.model import RNNT
+if TYPE_CHECKING:
+    from rnnt.model import RNNT
 
 TRITON_MODEL = "rnnt_python"
 GREEDY_FILE = pathlib.Path(__file__).with_name("greedy.py")
 
 
-class Encoder(nn.Module):
-    def __init__(self, model: RNNT, features: LogMelFeatures):
-        super().__init__()
-        self.model, self.features = model, features
-
-    def forward(self, audio, audio_lengths):
-        feats, lengths = self.features(audio, audio_lengths)
-        enc, enc_lengths = self.model.encode(feats, lengths)
-        return self.model.joint_enc(enc), enc_lengths
-
-
-class PredictionStep(nn.Module):
-    def __init__(self, model: RNNT):
-        super().__init__()
-        self.model = model
-
-    def forward(self, tokens, h, c):
-        g, (h, c) = self.model.predict(tokens, (h, c))
-        return self.model.joint_pred(g[:, 0]), h, c
-
-
-class Joint(nn.Module):
-    def __init__(self, model: RNNT):
-        super().__init__()
-        self.model = model
-
-    def forward(self, f, g):
-        return self.model.joint_net(f + g)
-
-
 def export_onnx(model: RNNT, features: dict, folder) -> dict:
     """Write encoder.onnx, decoder.onnx and joint.onnx (fp32, dynamic batch and lengths) into ``folder``."""
+    import torch
+
+    from rnnt.features import LogMelFeatures
+    from rnnt.inference import Encoder, Joint, PredictionStep
+
     model = model.eval().float().cpu()
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -169,7 +143,6 @@ def write_repository(recognizer, repository, *, force: bool = False) -> pathlib.
 
 @entry_point
 def main(argv=None) -> pathlib.Path:
-    from rnnt.inference import load_recognizer
 
     parser = argparse.ArgumentParser(
         prog="scripts/export_triton.sh",
@@ -184,7 +157,10 @@ def main(argv=None) -> pathlib.Path:
         "--force", action="store_true", help=f"replace {TRITON_MODEL} if the repository holds it"
     )
     args = parser.parse_args(argv)
+
     from zoo.triton.repository import refuse_existing_models
+
+    from rnnt.inference import load_recognizer
 
     refuse_existing_models(args.repository, [TRITON_MODEL], force=args.force)
     recognizer = load_recognizer(args.checkpoint)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from torch import nn
 from zoo.errors import UserError
 
 from rnnt.data import collate, tokenizer_from_bytes
@@ -96,3 +97,34 @@ def load_recognizer(path, device="cpu", amp: str = "fp32") -> Recognizer:
         device,
         amp,
     )
+
+
+# The three graphs of the ONNX export (rnnt.export): the encoder, one prediction step, the joint network.
+class Encoder(nn.Module):
+    def __init__(self, model: RNNT, features: LogMelFeatures):
+        super().__init__()
+        self.model, self.features = model, features
+
+    def forward(self, audio, audio_lengths):
+        feats, lengths = self.features(audio, audio_lengths)
+        enc, enc_lengths = self.model.encode(feats, lengths)
+        return self.model.joint_enc(enc), enc_lengths
+
+
+class PredictionStep(nn.Module):
+    def __init__(self, model: RNNT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, h, c):
+        g, (h, c) = self.model.predict(tokens, (h, c))
+        return self.model.joint_pred(g[:, 0]), h, c
+
+
+class Joint(nn.Module):
+    def __init__(self, model: RNNT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, f, g):
+        return self.model.joint_net(f + g)

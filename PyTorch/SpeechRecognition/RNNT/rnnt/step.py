@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import pathlib
 
 import torch
 from torch import nn
 from zoo.errors import UserError
 
+from rnnt import DEFAULT_RECIPE, MODEL_DIR  # noqa: F401 (step.DEFAULT_RECIPE, as before)
 from rnnt.features import LogMelFeatures
 from rnnt.lamb import Lamb
 from rnnt.loss import rnnt_loss
-
-MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
-DEFAULT_RECIPE = MODEL_DIR / "configs" / "rnnt_1gpu.yaml"
 
 
 def mlperf_schedule(opt_cfg: dict, steps_per_epoch: int):

@@ -16,12 +16,8 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-import torch
-import torch.distributed as dist
 from zoo.cli import entry_point
 from zoo.errors import UserError
-
-from rnnt.step import DEFAULT_RECIPE, TrainStep
 
 MODEL_NAME = "model.pt"
 TRAINING_KIND = "rnnt-training"  # the checkpoint field that tells this model's state from another's
@@ -29,6 +25,8 @@ TRAINING_KIND = "rnnt-training"  # the checkpoint field that tells this model's 
 
 def build_parser() -> argparse.ArgumentParser:
     from zoo.cli import add_run_args, add_target_arg
+
+    from rnnt import DEFAULT_RECIPE
 
     parser = argparse.ArgumentParser(
         prog="python -m rnnt.train", description="Train the RNN-T on a prepared LibriSpeech folder."
@@ -75,6 +73,8 @@ def read_training_checkpoint(path) -> dict:
 
 def prepared_data(args, recipe: dict, results: pathlib.Path, env) -> pathlib.Path:
     """The data folder: --data-dir, or the espeak-ng sentences spoken into RESULTS_DIR (--synthetic)."""
+    import torch.distributed as dist
+
     if not args.synthetic:
         return pathlib.Path(args.data_dir)
     from rnnt.download import prepare
@@ -105,6 +105,7 @@ def tokenizer_fields(tokenizer) -> dict:
 
 def save_model(path, model, recipe: dict, tokenizer) -> None:
     """model.pt: the EMA weights, the SentencePiece model and what inference needs to rebuild the model."""
+    import torch
     from zoo.io import atomic_write
 
     state = {
@@ -165,6 +166,9 @@ def log_mlperf_settings(
 @entry_point
 def main(argv=None) -> dict:
     from zoo.cli import parse_args, recipe_from_args, resolve_resume
+
+    args = parse_args(build_parser(), argv)
+
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
     from zoo.recipe import run_config
@@ -184,8 +188,8 @@ def main(argv=None) -> dict:
     from rnnt.data import Utterances, load_tokenizer
     from rnnt.engine import epoch_loader, evaluate, train_one_epoch
     from rnnt.model import build_model
+    from rnnt.step import TrainStep
 
-    args = parse_args(build_parser(), argv)
     recipe = recipe_from_args(args)
     run = run_config(recipe, args.recipe)
     check_run(run, args.recipe)

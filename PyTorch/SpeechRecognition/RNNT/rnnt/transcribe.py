@@ -12,11 +12,7 @@ from zoo.cli import AMP_CHOICES, entry_point
 
 @entry_point
 def main(argv=None) -> list[str]:
-    import torch
     from zoo.cli import parse_args
-
-    from rnnt.data import read_audio
-    from rnnt.inference import load_recognizer
 
     parser = argparse.ArgumentParser(
         prog="scripts/transcribe.sh",
@@ -28,6 +24,12 @@ def main(argv=None) -> list[str]:
     parser.add_argument("--amp", choices=AMP_CHOICES, default="fp32", help="precision (default fp32)")
     parser.add_argument("--device", default=None, help="cpu, cuda (default: cuda where CUDA is)")
     args = parse_args(parser, argv)
+
+    import torch
+
+    from rnnt.data import read_audio
+    from rnnt.inference import load_recognizer
+
     audio = [read_audio(path) for path in args.audio]
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     texts = load_recognizer(args.checkpoint, device, args.amp).transcribe(audio)

@@ -16,20 +16,20 @@ import platform
 import shlex
 import sys
 
-import torch
 import zoo.cli
 from zoo.bench import measure, write_report
 from zoo.cli import entry_point
 from zoo.recipe import run_config
 
 from skeleton import DEFAULT_RECIPE
-from skeleton.data import synthetic_split
-from skeleton.model import build_model
-from skeleton.step import TrainStep
 
 
 def peer_step(recipe: dict, device):
     """The training step a user writes by hand: the same model, loss and optimizer, eager, no levers."""
+    import torch
+
+    from skeleton.model import build_model
+
     model = build_model(recipe).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=float(recipe["optimizer"]["lr"]))
 
@@ -54,6 +54,12 @@ def main(argv=None) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--report", default=None, help="write the results as JSON here")
     args = zoo.cli.parse_args(p, argv)
+
+    import torch
+
+    from skeleton.data import synthetic_split
+    from skeleton.step import TrainStep
+
     recipe = zoo.cli.recipe_from_args(args)
     run = run_config(recipe, args.recipe)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import pathlib
 import zipfile
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from zoo.cli import entry_point
 from zoo.errors import UserError, one_line
 from zoo.io import atomic_write
+
+if TYPE_CHECKING:
+    import torch
 
 FILE_NAME = "digits.npz"
 FEATURES, CLASSES = 64, 10
@@ -44,6 +47,8 @@ def prepare(data_dir, *, val_fraction: float = 0.2, seed: int = 0) -> pathlib.Pa
 def load_split(data_dir, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs [N, 64] float32, labels [N] int64) of ``split``; a UserError naming the file when it is
     missing or not a prepared split."""
+    import torch
+
     path = pathlib.Path(data_dir) / FILE_NAME
     if not path.is_file():
         raise UserError(f"{path} does not exist: scripts/download_data.sh --data-dir {data_dir} prepares it")
@@ -63,6 +68,8 @@ def load_split(data_dir, split: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def synthetic_split(samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Random inputs of the real shapes (no download): for speed runs and the benchmark."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     x = torch.rand(samples, FEATURES, generator=generator) * 16
     return x, torch.randint(0, CLASSES, (samples,), generator=generator)
@@ -87,6 +94,8 @@ class Batches:
             raise UserError(f"{len(y)} samples make no batch of {batch_size} x {world_size} process(es)")
 
     def epoch(self, epoch: int, start: int = 0):
+        import torch
+
         if not self.shuffle:  # evaluation: every sample once, rank r takes every world_size-th batch
             for b in range(self.rank, self.batches_per_epoch, self.world_size):
                 part = slice(b * self.batch_size, (b + 1) * self.batch_size)

@@ -11,13 +11,11 @@ import argparse
 import numpy as np
 from zoo.cli import entry_point
 
-from skeleton.data import load_split, synthetic_split
 from skeleton.export import INPUT_NAME, OUTPUT_NAME
 
 
 @entry_point
 def main(argv=None) -> None:
-    from zoo.triton.client import TritonClient, serve_or_connect
 
     p = argparse.ArgumentParser(prog="python -m skeleton.deploy", description=__doc__.split("\n")[0])
     p.add_argument(
@@ -30,6 +28,11 @@ def main(argv=None) -> None:
     p.add_argument("--synthetic", action="store_true", help="random samples of the real shapes")
     p.add_argument("--batch-size", type=int, default=32, help="samples per request")
     args = p.parse_args(argv)
+
+    from zoo.triton.client import TritonClient, serve_or_connect
+
+    from skeleton.data import load_split, synthetic_split
+
     x, y = synthetic_split(256, 1) if args.synthetic else load_split(args.data_dir or ".", "val")
     correct = 0
     with serve_or_connect(args.repository, args.model, url=args.url, protocol=args.protocol) as url:

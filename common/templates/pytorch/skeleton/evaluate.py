@@ -14,13 +14,11 @@ import zoo.cli
 from zoo.cli import entry_point
 from zoo.torch import TRAINING_STATE_FIELDS, init_distributed, load_training_checkpoint
 
-from skeleton.data import Batches, load_split, synthetic_split
-from skeleton.engine import evaluate
-from skeleton.model import build_model
-
 
 def load_trained(path, device="cpu"):
     """(model with the checkpoint's weights, the recipe it was trained with)."""
+    from skeleton.model import build_model
+
     saved = load_training_checkpoint(
         path, TRAINING_STATE_FIELDS, "a skeleton training checkpoint", "--checkpoint"
     )
@@ -39,6 +37,10 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--device", default=None)
     args = zoo.cli.parse_args(p, argv)
+
+    from skeleton.data import Batches, load_split, synthetic_split
+    from skeleton.engine import evaluate
+
     _, device = init_distributed(args.device)
     split = synthetic_split(256, 1) if args.synthetic else load_split(args.data_dir or ".", "val")
     model, _ = load_trained(args.checkpoint, device)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import pathlib
 import tempfile
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import entry_point
 from zoo.triton.repository import (
     ONNX_PYTHON_MODEL,
@@ -24,8 +24,10 @@ from zoo.triton.repository import (
     write_model,
 )
 
-from skeleton.data import CLASSES, FEATURES
 from skeleton.evaluate import load_trained
+
+if TYPE_CHECKING:
+    import torch
 
 INPUT_NAME, OUTPUT_NAME = "inputs", "logits"
 MODELS = ("onnx", "python")
@@ -33,6 +35,10 @@ MODELS = ("onnx", "python")
 
 def export_onnx(model: torch.nn.Module, path) -> pathlib.Path:
     """``model`` as ONNX with a dynamic batch dimension."""
+    import torch
+
+    from skeleton.data import FEATURES
+
     with torch.no_grad():
         torch.onnx.export(
             model, (torch.rand(2, FEATURES) * 16,), str(path), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
@@ -46,6 +52,8 @@ def export_repository(
 ) -> dict:
     """Write both models into ``repository``; returns {name: folder}. A model the repository already
     holds is a UserError unless ``force`` (then its folder is replaced whole)."""
+    from skeleton.data import CLASSES, FEATURES
+
     repository = pathlib.Path(repository)
     names = {kind: f"skeleton_{kind}" for kind in MODELS}
     refuse_existing_models(repository, names.values(), force=force)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
 from zoo.cli import entry_point
 from zoo.errors import UserError
@@ -36,9 +36,10 @@ from zoo.torch import (
 )
 
 from skeleton import DEFAULT_RECIPE
-from skeleton.data import Batches, load_split, synthetic_split
-from skeleton.engine import TrainState, evaluate, train_one_epoch
-from skeleton.step import TrainStep, lr_schedule
+
+if TYPE_CHECKING:
+    from skeleton.engine import TrainState
+    from skeleton.step import TrainStep
 
 # What a checkpoint of this script holds besides zoo's fields (--resume refuses a file without them).
 STATE_FIELDS = (*TRAINING_STATE_FIELDS, "scheduler", "scaler", "step_in_epoch", "best")
@@ -91,6 +92,12 @@ def restore(saved: dict, step: TrainStep, scheduler, state: TrainState) -> None:
 def train(args) -> dict:
     """Build the run, resume, train epoch by epoch, evaluate, checkpoint, stop at the target; returns the
     last validation metrics, the best top-1, the optimizer steps done and the model."""
+    import torch
+
+    from skeleton.data import Batches, load_split, synthetic_split
+    from skeleton.engine import TrainState, evaluate, train_one_epoch
+    from skeleton.step import TrainStep, lr_schedule
+
     recipe = zoo.cli.recipe_from_args(args, FLAG_TO_RECIPE)
     run = run_config(recipe, args.recipe)
     results_dir = pathlib.Path(args.results_dir)
