@@ -172,6 +172,7 @@ def start(items) -> None:
         for item in items
         if getattr(item, "callspec", None)
         and "model_dir" in item.callspec.params
+        and item.originalname in ("test_model_suite", "test_readme_quick_start")
         and item.module.__name__ == __name__
     ]
     if not selected or RUNNER is not None:
@@ -221,4 +222,11 @@ def test_readme_quick_start(model_dir, jobs):
     assert done.returncode == 0, (
         f"{model_id(model_dir)}/README.md quick start failed (exit {done.returncode}, {done.seconds:.0f} s):\n"
         f"{done.stdout[-4000:]}\n{done.stderr[-3000:]}"
+    )
+
+
+@pytest.mark.parametrize("model_dir", model_dirs(), ids=model_id)
+def test_every_readme_has_a_cpu_quick_start(model_dir):
+    assert quick_start(model_dir), (
+        f"{model_id(model_dir)}/README.md has no CPU quick start: a ```bash block after <!-- quick-start: cpu -->"
     )
