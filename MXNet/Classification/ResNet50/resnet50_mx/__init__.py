@@ -5,3 +5,6 @@ from pathlib import Path
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 # What train.py and the benchmark read when no --recipe is given.
 DEFAULT_RECIPE = CONFIG_DIR / "resnet50_1gpu_90ep.yaml"
+# The choices of --data-backend and --layout, here so that a parser needs no MXNet (resnet50_mx.data, .model).
+BACKENDS = ("recordio", "dali-gpu", "dali-cpu", "synthetic")
+LAYOUTS = ("NCHW", "NHWC")

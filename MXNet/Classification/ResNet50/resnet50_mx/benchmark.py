@@ -10,19 +10,18 @@ import argparse
 import json
 import sys
 
-import mxnet as mx
-from mxnet.contrib import amp as mx_amp
 from zoo.bench import measure, write_report
 from zoo.cli import AMP_CHOICES, entry_point, parse_args
 from zoo.errors import UserError
 
 from . import DEFAULT_RECIPE
-from .model import LAYOUTS, build_model
-from .processes import Processes, parse_gpus
-from .step import TrainStep, build_trainer
 
 
 def _net(num_classes: int, layout: str, ctx):
+    import mxnet as mx
+
+    from resnet50_mx.model import build_model
+
     net = build_model(num_classes, layout=layout, input_layout="NCHW")
     net.initialize(mx.init.MSRAPrelu(factor_type="in", slope=0.0), ctx=ctx)
     net.hybridize(static_alloc=True, static_shape=True)
@@ -30,7 +29,11 @@ def _net(num_classes: int, layout: str, ctx):
 
 
 def bench_train(args, ctx) -> dict:
+    import mxnet as mx
     from zoo.recipe import load_recipe
+
+    from resnet50_mx.processes import Processes
+    from resnet50_mx.step import TrainStep, build_trainer
 
     procs = Processes("device", len(ctx), False)
     net = _net(args.num_classes, args.layout, ctx)
@@ -57,6 +60,8 @@ def bench_train(args, ctx) -> dict:
 
 
 def bench_inference(args, ctx, batch_size: int) -> dict:
+    import mxnet as mx
+
     net = _net(args.num_classes, args.layout, ctx[:1])
     data = mx.nd.random.normal(shape=(batch_size, 3, args.image_size, args.image_size), ctx=ctx[0])
     summary = measure(
@@ -72,6 +77,8 @@ def bench_inference(args, ctx, batch_size: int) -> dict:
 
 @entry_point
 def main(argv=None):
+    from resnet50_mx import LAYOUTS
+
     p = argparse.ArgumentParser(prog="benchmark.sh", description=__doc__.splitlines()[0])
     p.add_argument("--mode", choices=["train", "inference", "both"], default="both")
     p.add_argument("--gpus", help="GPU count or comma list (empty: CPU)")
@@ -87,6 +94,12 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--output", default="results/benchmark.json", help="JSON report (zoo.bench schema)")
     args = parse_args(p, argv)
+
+    import mxnet as mx
+    from mxnet.contrib import amp as mx_amp
+
+    from resnet50_mx.processes import parse_gpus
+
     if args.steps < 1 or args.warmup < 0:
         raise UserError("--steps must be >= 1 and --warmup >= 0")
     try:

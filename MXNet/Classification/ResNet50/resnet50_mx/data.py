@@ -16,12 +16,13 @@ import mxnet as mx
 import numpy as np
 from zoo.errors import UserError, one_line
 
+from resnet50_mx import BACKENDS  # noqa: F401 (data.BACKENDS, as before)
+
 from .records import record_paths
 
 # ImageNet statistics of RGB pixels in [0, 255].
 MEAN_RGB = (123.68, 116.779, 103.939)
 STD_RGB = (58.393, 57.12, 57.375)
-BACKENDS = ("recordio", "dali-gpu", "dali-cpu", "synthetic")
 
 
 @dataclass

@@ -8,21 +8,14 @@ import os
 import sys
 import time
 
-import mxnet as mx
-from mxnet.contrib import amp as mx_amp
 from zoo.cli import AMP_CHOICES, entry_point, parse_args
 from zoo.errors import UserError
 from zoo.log import MetricsLogger
 
-from .engine import evaluate
-
 
 @entry_point
 def main(argv=None):
-    from .checkpoint import load_for_inference
-    from .data import BACKENDS, DataSpec, build_loader, val_transform
-    from .processes import parse_gpus
-    from .records import check_dataset, require_classes
+    from resnet50_mx import BACKENDS
 
     p = argparse.ArgumentParser(prog="evaluate.sh", description="Top-1/top-5 of a ResNet-50 v1.5 checkpoint.")
     p.add_argument(
@@ -43,6 +36,17 @@ def main(argv=None):
     p.add_argument("--gpus", help="GPU count or comma list of ids (empty: CPU)")
     p.add_argument("--threads", type=int, default=4, help="decode threads")
     args = parse_args(p, argv)
+
+    import mxnet as mx
+    from mxnet.contrib import amp as mx_amp
+
+    from resnet50_mx.engine import evaluate
+
+    from .checkpoint import load_for_inference
+    from .data import DataSpec, build_loader, val_transform
+    from .processes import parse_gpus
+    from .records import check_dataset, require_classes
+
     for flag in ("batch_size", "image_size", "num_classes", "threads"):
         value = getattr(args, flag)
         if value is not None and value < 1:

@@ -20,7 +20,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import mxnet as mx
 import numpy as np
 from zoo.cli import entry_point
 from zoo.errors import UserError
@@ -30,6 +29,7 @@ from .triton_repo import INPUT_NAME, OUTPUT_NAME, triton_models, zoo_triton_pyth
 
 def export_onnx(net, onnx_path, *, image_size: int) -> Path:
     """Write ``net`` (NCHW input, any batch) as ONNX with input ``input`` and output ``logits``."""
+    import mxnet as mx
     import mxnet.onnx as mx_onnx
     import onnx
 
@@ -147,7 +147,6 @@ def write_repository(spec: dict) -> None:
 
 @entry_point
 def main(argv=None):
-    from .checkpoint import load_for_inference
 
     p = argparse.ArgumentParser(
         prog="export_triton.sh",
@@ -167,6 +166,9 @@ def main(argv=None):
     p.add_argument("--num-classes", type=int, help="expected class count (checked against the checkpoint)")
     p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = p.parse_args(argv)
+
+    from .checkpoint import load_for_inference
+
     for flag in ("image_size", "max_batch_size", "num_classes"):
         value = getattr(args, flag)
         if value is not None and value < 1:

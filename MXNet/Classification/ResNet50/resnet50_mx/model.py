@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from mxnet.gluon import HybridBlock, nn
 
-LAYOUTS = ("NCHW", "NHWC")
+from resnet50_mx import LAYOUTS
+
 STAGES = ((3, 64), (4, 128), (6, 256), (3, 512))  # (blocks, bottleneck width); output width = 4 x width
 EXPANSION = 4
 

@@ -13,9 +13,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import mxnet as mx
-from mxnet.contrib import amp as mx_amp
 from zoo.checkpoint_folder import CHECKPOINT_NAME, checkpoint_pointer
 from zoo.cli import add_run_args, add_target_arg, entry_point, parse_args, resolve_resume
 from zoo.cli import recipe_from_args as recipe_from_cli
@@ -25,13 +24,10 @@ from zoo.recipe import run_config
 from zoo.retention import improves
 
 from . import DEFAULT_RECIPE
-from .checkpoint import CHECKPOINT_KIND, WHAT
-from .data import BACKENDS, DataSpec, build_loader
-from .engine import evaluate, train_one_epoch
-from .model import LAYOUTS, build_model, count_parameters
-from .processes import Processes, parse_gpus
 from .records import check_dataset, read_classes, require_classes
-from .step import TrainStep, build_trainer, learning_rate, loss_scaler_state, restore_loss_scaler
+
+if TYPE_CHECKING:
+    from resnet50_mx.data import DataSpec
 
 MLPERF_BENCHMARK = "resnet"
 # This model's flags that set a recipe key; --amp, --batch-size, --epochs, --seed, --log-every and
@@ -107,6 +103,11 @@ def log_mlperf_settings(mlperf, recipe: dict, run, *, global_batch, base_lr, tra
 
 def devices(recipe: dict, precision: str, horovod: bool):
     """(Processes, contexts) of the recipe's dist: section; AMP initialised for ``precision``."""
+    import mxnet as mx
+    from mxnet.contrib import amp as mx_amp
+
+    from resnet50_mx.processes import Processes, parse_gpus
+
     gpus = recipe["dist"]["gpus"]
     gpus = parse_gpus(None if gpus in (0, None) else str(gpus))
     procs = Processes(recipe["dist"]["kvstore"], len(gpus), horovod)
@@ -123,6 +124,8 @@ def devices(recipe: dict, precision: str, horovod: bool):
 
 
 def data_spec(recipe: dict, run, procs, ctx) -> DataSpec:
+    from resnet50_mx.data import DataSpec
+
     data_cfg, model_cfg = recipe["data"], recipe["model"]
     threads = data_cfg.get("threads", 4)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -146,9 +149,22 @@ def data_spec(recipe: dict, run, procs, ctx) -> DataSpec:
 
 def run_training(recipe: dict, args) -> dict:
     """Train as the recipe says; returns the final metrics (train loss, top1/top5 if evaluated)."""
+    import mxnet as mx
     from zoo.log import MetricsLogger
     from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger, log_path
     from zoo.mx import load_training_checkpoint, save_training_checkpoint
+
+    from resnet50_mx.checkpoint import CHECKPOINT_KIND, WHAT
+    from resnet50_mx.data import build_loader
+    from resnet50_mx.engine import evaluate, train_one_epoch
+    from resnet50_mx.model import build_model, count_parameters
+    from resnet50_mx.step import (
+        TrainStep,
+        build_trainer,
+        learning_rate,
+        loss_scaler_state,
+        restore_loss_scaler,
+    )
 
     run = run_config(recipe, args.recipe)
     check_run(run)
@@ -297,6 +313,8 @@ def check_resume_fits(path, state: dict, *, num_classes: int, layout: str) -> No
 
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
+    from resnet50_mx import BACKENDS, LAYOUTS
+
     p = argparse.ArgumentParser(
         prog="train.sh",
         description="Train ResNet-50 v1.5 (MXNet Gluon). Flags override the recipe; --set key=value overrides any key.",

@@ -24,19 +24,18 @@ import subprocess
 import sys
 import tempfile
 
-import torch
-import torch.nn.functional as F
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
 from gpt.data import SyntheticTokens
-from gpt.step import DEFAULT_RECIPE, TrainStep, batch_to
 
 # Dense bf16 tensor-core peak per GPU (FLOP/s), by a substring of the device name.
 BF16_PEAK = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}
 
 
 def peak_flops(device) -> float | None:
+    import torch
+
     if torch.device(device).type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
@@ -48,6 +47,8 @@ class PeerStep:
     over several processes, compile per layer, fused AdamW, the same clip, precision and loss."""
 
     def __init__(self, model, recipe: dict, device, world: int):
+        import torch
+
         from gpt.export import to_hf
         from gpt.parallel import parallel_settings
 
@@ -81,7 +82,11 @@ class PeerStep:
         self.clip = float(recipe["optimizer"]["clip_norm"])
 
     def __call__(self, micro_batches: list):
+        import torch
+        import torch.nn.functional as F
         from zoo.torch import autocast
+
+        from gpt.step import batch_to
 
         for array in micro_batches:
             tokens = batch_to(array, self.device)
@@ -100,6 +105,7 @@ class PeerStep:
 
 def time_steps(step, micro_batches, tokens: int, args, device) -> float:
     """Tokens per second of one process, over ``args.steps`` steps after ``args.warmup``."""
+    import torch
     from zoo.bench import measure
 
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else None
@@ -111,6 +117,8 @@ def time_steps(step, micro_batches, tokens: int, args, device) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     from zoo.cli import add_run_args
+
+    from gpt import DEFAULT_RECIPE
 
     parser = argparse.ArgumentParser(
         prog="python -m gpt.benchmark",
@@ -137,11 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def measure_here(args, recipe: dict) -> dict:
     """One row: ours (and the peer) on this process group."""
+    import torch
     from zoo.recipe import run_config
     from zoo.torch import close_distributed, fast_math, init_distributed
 
     from gpt.model import model_config
     from gpt.parallel import build_layout, parallel_settings
+    from gpt.step import TrainStep
 
     run = run_config(recipe, args.recipe)
     env, device = init_distributed(args.device)
@@ -237,12 +247,13 @@ def table(rows: list[dict], command: str) -> str:
 
 @entry_point
 def main(argv=None) -> list[dict]:
-    import shlex
-
     from zoo.cli import parse_args, recipe_from_args
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(build_parser(), argv)
+
+    import shlex
+
     recipe = recipe_from_args(args)
     settings = recipe["benchmark"]
     args.steps = settings["steps"] if args.steps is None else args.steps

@@ -18,7 +18,6 @@ from zoo.cli import entry_point
 from zoo.errors import UserError
 
 from gpt.data import TOKENIZER, load_tokenizer
-from gpt.export import TRITON_MODEL
 
 
 def request_inputs(prompt_ids: list, max_new_tokens: int, temperature: float, top_k: int, seed: int) -> dict:
@@ -34,13 +33,14 @@ def request_inputs(prompt_ids: list, max_new_tokens: int, temperature: float, to
 def generate_served(url: str, inputs: dict, protocol: str = "http") -> list[int]:
     from zoo.triton.client import TritonClient
 
+    from gpt.export import TRITON_MODEL
+
     with TritonClient(url, protocol) as client:
         return [int(t) for t in client.infer(TRITON_MODEL, inputs, ["token_ids"])["token_ids"]]
 
 
 @entry_point
 def main(argv=None):
-    from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
 
     parser = argparse.ArgumentParser(
@@ -56,6 +56,11 @@ def main(argv=None):
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http")
     add_load_args(parser)
     args = parser.parse_args(argv)
+
+    from zoo.triton.client import serve_or_connect
+
+    from gpt.export import TRITON_MODEL
+
     repo = pathlib.Path(args.repository)
     if not (repo / TRITON_MODEL / "config.pbtxt").is_file():
         raise UserError(f"{repo} holds no {TRITON_MODEL}/config.pbtxt: run scripts/export_triton.sh first")

@@ -159,9 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 @entry_point
 def main(argv=None) -> None:
-    import os
 
     args = build_parser().parse_args(argv)
+
+    import os
+
     data_dir = args.data_dir or os.environ.get("DATA_DIR")
     if not data_dir:
         raise UserError("pass --data-dir (or set DATA_DIR)")

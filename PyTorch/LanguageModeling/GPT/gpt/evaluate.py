@@ -12,14 +12,10 @@ import argparse
 import json
 import pathlib
 
-import torch
 from zoo.cli import AMP_CHOICES, entry_point
 from zoo.errors import UserError
 
 from gpt.data import TokenShards, check_tokenizer, read_meta
-from gpt.engine import evaluate
-from gpt.inference import load_model
-from gpt.parallel import Layout
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,11 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 @entry_point
 def main(argv=None) -> dict:
-    import os
-
     from zoo.cli import parse_args
 
     args = parse_args(build_parser(), argv)
+
+    import os
+
+    import torch
+
+    from gpt.engine import evaluate
+    from gpt.inference import load_model
+    from gpt.parallel import Layout
+
     data_dir = args.data_dir or os.environ.get("DATA_DIR")
     if not data_dir:
         raise UserError("pass --data-dir (or set DATA_DIR)")

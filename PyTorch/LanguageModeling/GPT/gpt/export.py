@@ -22,13 +22,15 @@ import argparse
 import pathlib
 import shutil
 import warnings
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
 from gpt.data import TOKENIZER
-from gpt.model import GPT
+
+if TYPE_CHECKING:
+    from gpt.model import GPT
 
 TRITON_MODEL = "gpt_python"
 SERVING_FILE = pathlib.Path(__file__).with_name("serving.py")
@@ -76,6 +78,8 @@ def hf_config(model: GPT):
 
 def hf_state_dict(model: GPT) -> dict:
     """Our weights under the transformers model's names and layouts."""
+    import torch
+
     ours = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
     out = {}
     if model.cfg.shape == "llama":
@@ -155,44 +159,12 @@ def export_hf(model: GPT, folder, tokenizer_file=None) -> pathlib.Path:
     return folder
 
 
-class Prefill(torch.nn.Module):
-    """model.onnx: a prompt (T,) -> its last logits (1, vocab) and keys/values (layers, 1, kv_heads, T,
-    head_dim); the request's generation settings pass through to the postprocess."""
-
-    def __init__(self, model: GPT):
-        super().__init__()
-        self.model = model
-
-    def forward(self, prompt_ids, max_new_tokens, temperature, top_k, seed):
-        cfg = self.model.cfg
-        empty = torch.zeros(cfg.layers, 1, cfg.kv_heads, 0, cfg.head_dim)
-        logits, keys, values = self.model.forward_with_past(prompt_ids.unsqueeze(0), empty, empty)
-        return (
-            logits[:, -1],
-            keys,
-            values,
-            prompt_ids + 0,
-            max_new_tokens + 0,
-            temperature + 0,
-            top_k + 0,
-            seed + 0,
-        )
-
-
-class DecodeStep(torch.nn.Module):
-    """decoder.onnx: one token (1, 1) after P cached positions -> its logits and the P + 1 keys/values."""
-
-    def __init__(self, model: GPT):
-        super().__init__()
-        self.model = model
-
-    def forward(self, tokens, past_keys, past_values):
-        logits, keys, values = self.model.forward_with_past(tokens, past_keys, past_values)
-        return logits[:, -1], keys, values
-
-
 def export_onnx(model: GPT, folder) -> tuple[pathlib.Path, pathlib.Path]:
     """Write model.onnx (Prefill) and decoder.onnx (DecodeStep), fp32, into ``folder``."""
+    import torch
+
+    from gpt.inference import DecodeStep, Prefill
+
     model = model.eval().float().cpu()
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -315,8 +287,6 @@ def refuse_existing_outputs(repository, hf_dir, *, force: bool) -> None:
 
 @entry_point
 def main(argv=None) -> None:
-    from gpt.generate import tokenizer_beside
-    from gpt.inference import load_model
 
     parser = argparse.ArgumentParser(
         prog="python -m gpt.export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -329,6 +299,10 @@ def main(argv=None) -> None:
         "--force", action="store_true", help="replace gpt_python in the repository, or the --hf-dir folder"
     )
     args = parser.parse_args(argv)
+
+    from gpt.generate import tokenizer_beside
+    from gpt.inference import load_model
+
     if not args.hf_dir and not args.repository:
         args.repository = "triton_repo"
     refuse_existing_outputs(args.repository, args.hf_dir, force=args.force)

@@ -13,12 +13,10 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-import torch
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
 from gpt.data import EOS, TOKENIZER, load_tokenizer
-from gpt.inference import generate, load_model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +60,11 @@ def main(argv=None) -> str:
     from zoo.cli import parse_args
 
     args = parse_args(build_parser(), argv)
+
+    import torch
+
+    from gpt.inference import generate, load_model
+
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, recipe = load_model(args.checkpoint, device)
     tokenizer = tokenizer_beside(args.checkpoint, args.tokenizer)

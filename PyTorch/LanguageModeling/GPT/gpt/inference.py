@@ -96,3 +96,40 @@ def generate(
             break
         logits = model(torch.tensor([[out[-1]]], device=device), cache=cache, start=len(out) - 1)[0, -1]
     return out
+
+
+# The two graphs of the ONNX export (gpt.export): prefill and one decoding step over the kv cache.
+class Prefill(torch.nn.Module):
+    """model.onnx: a prompt (T,) -> its last logits (1, vocab) and keys/values (layers, 1, kv_heads, T,
+    head_dim); the request's generation settings pass through to the postprocess."""
+
+    def __init__(self, model: GPT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, prompt_ids, max_new_tokens, temperature, top_k, seed):
+        cfg = self.model.cfg
+        empty = torch.zeros(cfg.layers, 1, cfg.kv_heads, 0, cfg.head_dim)
+        logits, keys, values = self.model.forward_with_past(prompt_ids.unsqueeze(0), empty, empty)
+        return (
+            logits[:, -1],
+            keys,
+            values,
+            prompt_ids + 0,
+            max_new_tokens + 0,
+            temperature + 0,
+            top_k + 0,
+            seed + 0,
+        )
+
+
+class DecodeStep(torch.nn.Module):
+    """decoder.onnx: one token (1, 1) after P cached positions -> its logits and the P + 1 keys/values."""
+
+    def __init__(self, model: GPT):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, past_keys, past_values):
+        logits, keys, values = self.model.forward_with_past(tokens, past_keys, past_values)
+        return logits[:, -1], keys, values

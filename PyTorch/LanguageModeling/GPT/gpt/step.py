@@ -10,7 +10,6 @@ otherwise), on the parallel layout of gpt.parallel.
 from __future__ import annotations
 
 import math
-import pathlib
 
 import numpy as np
 import torch
@@ -18,12 +17,9 @@ import torch.nn.functional as F
 import zoo.recipe
 from zoo.errors import UserError
 
+from gpt import DEFAULT_RECIPE, MODEL_DIR  # noqa: F401 (step.DEFAULT_RECIPE, as before)
 from gpt.model import GPT, build_model, init_parameters
 from gpt.parallel import Layout, clip_grads, parallel_settings, parallelize, uses_fsdp_precision
-
-MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
-# The recipe train.py and the benchmark take without --recipe.
-DEFAULT_RECIPE = MODEL_DIR / "configs" / "gpt3_125m.yaml"
 
 
 def warmup_cosine(warmup_steps: int, decay_steps: int, min_ratio: float):

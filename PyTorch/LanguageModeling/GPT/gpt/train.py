@@ -20,14 +20,15 @@ import argparse
 import pathlib
 import shutil
 import warnings
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
 from gpt.data import TOKENIZER, Sampler, SyntheticTokens, TokenShards, check_tokenizer
-from gpt.engine import evaluate, train_one_epoch
-from gpt.step import DEFAULT_RECIPE, TrainStep
+
+if TYPE_CHECKING:
+    from gpt.step import TrainStep
 
 MODEL_NAME = "model.pt"
 TRAINING_KIND = "gpt-training"  # the checkpoint field that tells this model's state from another's
@@ -36,6 +37,8 @@ STATE_FIELDS = ("kind", "scheduler", "scaler", "rng", "step", "samples", "best",
 
 def build_parser() -> argparse.ArgumentParser:
     from zoo.cli import add_run_args, add_target_arg
+
+    from gpt import DEFAULT_RECIPE
 
     parser = argparse.ArgumentParser(
         prog="python -m gpt.train", description="Train GPT on a folder of token shards (gpt.download)."
@@ -95,6 +98,7 @@ def next_stop(position: int, run) -> int:
 
 def save_model(path, step: TrainStep, recipe: dict, env) -> None:
     """model.pt: the whole model's weights (gathered to rank 0's memory) and its recipe. A collective."""
+    import torch
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from zoo.io import atomic_write
 
@@ -166,9 +170,12 @@ def training_data(args, recipe: dict, run):
 
 @entry_point
 def main(argv=None) -> dict:
+    from zoo.cli import parse_args, recipe_from_args, resolve_resume
+
+    args = parse_args(build_parser(), argv)
+
     import os
 
-    from zoo.cli import parse_args, recipe_from_args, resolve_resume
     from zoo.dist import get_dist_env
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
@@ -185,10 +192,11 @@ def main(argv=None) -> dict:
         save_training_checkpoint_sharded,
     )
 
+    from gpt.engine import evaluate, train_one_epoch
     from gpt.model import model_config
     from gpt.parallel import build_layout, check_layout, parallel_settings
+    from gpt.step import TrainStep
 
-    args = parse_args(build_parser(), argv)
     # One process saves and loads its checkpoint folder without a process group: that is intended.
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
     recipe = recipe_from_args(args)

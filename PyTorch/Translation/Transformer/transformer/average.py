@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-import torch
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
@@ -40,7 +39,6 @@ def average(paths: list) -> dict:
 
 @entry_point
 def main(argv=None) -> pathlib.Path:
-    from zoo.io import atomic_write
 
     parser = argparse.ArgumentParser(
         prog="python -m transformer.average", description=__doc__.splitlines()[0]
@@ -48,6 +46,10 @@ def main(argv=None) -> pathlib.Path:
     parser.add_argument("checkpoints", nargs="+", help="model.pt / checkpoint.pt files")
     parser.add_argument("--output", required=True, help="the averaged model.pt")
     args = parser.parse_args(argv)
+
+    import torch
+    from zoo.io import atomic_write
+
     state = average(args.checkpoints)
     output = pathlib.Path(args.output)
     with atomic_write(output) as tmp:

@@ -27,15 +27,15 @@ import itertools
 import pathlib
 import time
 
-import torch
 import zoo.scaling
 from zoo.cli import entry_point
 
-from transformer.model import BOS, EOS, PAD, build_model
-from transformer.step import DEFAULT_RECIPE, TrainStep, compile_mode
-
 
 def random_batch(batch: int, length: int, vocab_size: int, seed: int = 0) -> dict:
+    import torch
+
+    from transformer.model import BOS, EOS
+
     generator = torch.Generator().manual_seed(seed)
     src = torch.randint(4, vocab_size, (batch, length), generator=generator)
     tgt = torch.randint(4, vocab_size, (batch, length), generator=generator)
@@ -53,6 +53,9 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     update on one GPU."""
     import torch.distributed as dist
     from zoo.recipe import run_config
+
+    from transformer.model import PAD, build_model
+    from transformer.step import TrainStep
 
     run, shape = run_config(recipe), recipe["benchmark"]
     rank = dist.get_rank() if dist.is_initialized() else 0
@@ -79,7 +82,7 @@ def marian_model(model_recipe: dict, vocab_size: int):
     """MarianMTModel with our dimensions (shared embeddings, sinusoidal positions, ReLU), SDPA attention."""
     from transformers import MarianConfig, MarianMTModel
 
-    from transformer.model import ModelConfig
+    from transformer.model import BOS, EOS, PAD, ModelConfig
 
     cfg = ModelConfig.from_recipe(model_recipe, vocab_size)
     config = MarianConfig(
@@ -140,6 +143,8 @@ def measure_translation(model, args, device, amp: str, sync) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     from zoo.cli import add_run_args
 
+    from transformer import DEFAULT_RECIPE
+
     parser = argparse.ArgumentParser(
         prog="python -m transformer.benchmark", description=__doc__.splitlines()[0]
     )
@@ -174,16 +179,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 @entry_point
 def main(argv=None) -> dict:
-    from zoo.bench import measure, write_report
     from zoo.cli import parse_args, recipe_from_args
-    from zoo.recipe import run_config
-    from zoo.torch import autocast, fast_math, grad_scaler
+
+    from transformer import DEFAULT_RECIPE
 
     if zoo.scaling.asked_for(argv):
         return zoo.scaling.main(
             argv, module="transformer.benchmark", build=scaling_step, default_recipe=DEFAULT_RECIPE
         )
     args = parse_args(build_parser(), argv)
+    import torch
+    from zoo.bench import measure, write_report
+    from zoo.recipe import run_config
+    from zoo.torch import autocast, fast_math, grad_scaler
+
+    from transformer.model import PAD, build_model
+    from transformer.step import TrainStep, compile_mode  # after parsing: they load torch
+
     recipe = recipe_from_args(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     fast_math(device)

@@ -20,13 +20,12 @@ import sys
 import numpy as np
 from zoo.cli import entry_point
 
-from transformer.export import TRITON_MODEL
-
 
 def translate_served(url: str, tokenizer, lines: list, protocol: str = "http", batch: int = 16) -> list:
     """Translations of ``lines`` by the served model, one request per ``batch`` lines over one connection."""
     from zoo.triton.client import TritonClient
 
+    from transformer.export import TRITON_MODEL
     from transformer.model import EOS
 
     out = []
@@ -55,10 +54,7 @@ def request_inputs(tokenizer, lines: list, batch: int) -> list[dict]:
 @entry_point
 def main(argv=None) -> list:
     """The translations (in load mode: ``load_test``'s rows, one per concurrency level)."""
-    from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
-
-    from transformer.data import load_tokenizer, read_lines
 
     parser = argparse.ArgumentParser(
         prog="python -m transformer.deploy",
@@ -74,6 +70,12 @@ def main(argv=None) -> list:
     parser.add_argument("--batch", type=int, default=16, help="lines per request (default 16)")
     add_load_args(parser)
     args = parser.parse_args(argv)
+
+    from zoo.triton.client import serve_or_connect
+
+    from transformer.data import load_tokenizer, read_lines
+    from transformer.export import TRITON_MODEL
+
     if args.batch < 1:
         raise SystemExit(f"error: --batch must be >= 1, got {args.batch}")
     repo = pathlib.Path(args.repository)

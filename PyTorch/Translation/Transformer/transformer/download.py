@@ -24,8 +24,6 @@ from zoo.cli import entry_point
 from zoo.errors import UserError
 from zoo.io import atomic_write
 
-from transformer.data import make_numbers, prepare, write_lines
-
 # (url, md5 or None where none is published, {member path in the archive: local name}).
 ARCHIVES = [
     (
@@ -107,6 +105,8 @@ def extract(archive: pathlib.Path, members: dict, raw: pathlib.Path) -> None:
 
 def sgm_text(path: pathlib.Path) -> pathlib.Path:
     """The segments of an SGML test file as plain lines (``newstest2014.en.sgm`` -> ``newstest2014.en``)."""
+    from transformer.data import write_lines
+
     lines = [html.unescape(m.group(1)).strip() for m in SEGMENT.finditer(path.read_text(encoding="utf-8"))]
     out = path.with_suffix("")
     write_lines(out, lines)
@@ -141,6 +141,9 @@ def main(argv=None) -> pathlib.Path:
         "--synthetic", action="store_true", help="the generated number-words task (no download)"
     )
     args = parser.parse_args(argv)
+
+    from transformer.data import make_numbers, prepare
+
     if not args.data_dir:
         raise UserError("pass --data-dir (or set DATA_DIR)")
     data_dir = pathlib.Path(args.data_dir)

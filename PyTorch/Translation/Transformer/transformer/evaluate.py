@@ -14,12 +14,8 @@ import json
 import os
 import pathlib
 
-import torch
 from zoo.cli import entry_point
 from zoo.errors import UserError
-
-from transformer.data import load_tokenizer, read_lines, read_parallel
-from transformer.model import build_model
 
 
 def score_bleu(hyps: list, refs: list) -> tuple[float, str]:
@@ -35,6 +31,10 @@ def score_bleu(hyps: list, refs: list) -> tuple[float, str]:
 
 def load_model(path, device="cpu"):
     """(model in eval mode, its saved settings) from model.pt, or from a training checkpoint.pt."""
+    import torch
+
+    from transformer.model import build_model
+
     path = pathlib.Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such checkpoint")
@@ -62,6 +62,8 @@ def load_model(path, device="cpu"):
 
 def tokenizer_for(data_dir, checkpoint):
     """The data folder's vocabulary if given, else tokenizer.json beside the checkpoint."""
+    from transformer.data import load_tokenizer
+
     if data_dir:
         return load_tokenizer(data_dir)
     return load_tokenizer(pathlib.Path(checkpoint).parent)
@@ -115,12 +117,16 @@ def _same_file(a: pathlib.Path, b: pathlib.Path) -> bool:
 @entry_point
 def main(argv=None) -> dict:
     from zoo.cli import parse_args
+
+    args = parse_args(build_parser(), argv)
+
+    import torch
     from zoo.io import atomic_write
     from zoo.torch import autocast
 
+    from transformer.data import read_lines, read_parallel
     from transformer.translate import translate_lines
 
-    args = parse_args(build_parser(), argv)
     if args.beam is not None and args.beam < 1:
         raise UserError(f"--beam must be a positive integer, not {args.beam}")
     if args.data_dir and not pathlib.Path(args.data_dir).is_dir():

@@ -19,38 +19,25 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
 from zoo.cli import entry_point
 from zoo.errors import UserError
 
-from transformer.model import Transformer
+if TYPE_CHECKING:
+    from transformer.model import Transformer
 
 TRITON_MODEL = "transformer_python"
 BEAM_FILE = Path(__file__).with_name("beam.py")
 
 
-class Encoder(nn.Module):
-    def __init__(self, model: Transformer):
-        super().__init__()
-        self.model = model
-
-    def forward(self, src_tokens):
-        return self.model.encode(src_tokens)
-
-
-class DecoderStep(nn.Module):
-    def __init__(self, model: Transformer):
-        super().__init__()
-        self.model = model
-
-    def forward(self, tokens, cross_k, cross_v, src_mask, self_k, self_v):
-        return self.model.decode_step(tokens, cross_k, cross_v, src_mask, self_k, self_v)
-
-
 def export_onnx(model: Transformer, folder) -> tuple[Path, Path]:
     """Write encoder.onnx and decoder.onnx (fp32, dynamic batch, lengths and cache) into ``folder``."""
+    import torch
+
+    from transformer.model import ExportDecoderStep as DecoderStep
+    from transformer.model import ExportEncoder as Encoder
+
     model = model.eval().float().cpu()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -163,7 +150,6 @@ def write_repository(
 
 @entry_point
 def main(argv=None) -> None:
-    from transformer.evaluate import load_model, tokenizer_for
 
     parser = argparse.ArgumentParser(
         prog="python -m transformer.export",
@@ -186,6 +172,9 @@ def main(argv=None) -> None:
     )
     parser.add_argument("--beam", type=int, default=None, help="beam size served (default: the checkpoint's)")
     args = parser.parse_args(argv)
+
+    from transformer.evaluate import load_model, tokenizer_for
+
     if args.beam is not None and args.beam < 1:
         raise UserError(f"--beam must be a positive integer, not {args.beam}")
     from zoo.triton.repository import refuse_existing_models

@@ -248,3 +248,22 @@ class Transformer(nn.Module):
 def build_model(model_recipe: dict, vocab_size: int) -> Transformer:
     """The one model builder (training, evaluation, benchmark and export call it)."""
     return Transformer(ModelConfig.from_recipe(model_recipe, vocab_size))
+
+
+# The two graphs of the ONNX export (transformer.export): the encoder and one decoding step.
+class ExportEncoder(nn.Module):
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_tokens):
+        return self.model.encode(src_tokens)
+
+
+class ExportDecoderStep(nn.Module):
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens, cross_k, cross_v, src_mask, self_k, self_v):
+        return self.model.decode_step(tokens, cross_k, cross_v, src_mask, self_k, self_v)

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-import pathlib
 
 import torch
 import zoo.recipe
 from torch import nn
 from zoo.errors import UserError
 
+from transformer import DEFAULT_RECIPE, MODEL_DIR  # noqa: F401 (step.DEFAULT_RECIPE, as before)
 from transformer.model import PAD
 
-MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
-# The recipe train.py and the benchmark take without --recipe.
-DEFAULT_RECIPE = MODEL_DIR / "configs" / "transformer_big_wmt14.yaml"
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 # The modes that replay CUDA graphs: on an H200 their backward overwrote a graph output still needed
 # (the gradient of the embedding the encoder, the decoder and the output projection share).

@@ -18,15 +18,8 @@ import argparse
 import pathlib
 import shutil
 
-import torch
-import torch.distributed as dist
 from zoo.cli import entry_point
 from zoo.errors import UserError
-
-from transformer.data import Pairs, load_tokenizer, make_numbers, read_parallel
-from transformer.engine import evaluate, train_one_epoch
-from transformer.model import build_model
-from transformer.step import DEFAULT_RECIPE, TrainStep
 
 MODEL_NAME = "model.pt"
 TRAINING_KIND = "transformer-training"  # the checkpoint field that tells this model's state from another's
@@ -34,6 +27,8 @@ TRAINING_KIND = "transformer-training"  # the checkpoint field that tells this m
 
 def build_parser() -> argparse.ArgumentParser:
     from zoo.cli import add_run_args, add_target_arg
+
+    from transformer import DEFAULT_RECIPE
 
     parser = argparse.ArgumentParser(
         prog="python -m transformer.train", description="Train the Transformer on a prepared data folder."
@@ -86,6 +81,10 @@ def read_training_checkpoint(path) -> dict:
 
 def prepared_data(args, results: pathlib.Path, env) -> pathlib.Path:
     """The data folder: --data-dir, or the number-words task generated into RESULTS_DIR (--synthetic)."""
+    import torch.distributed as dist
+
+    from transformer.data import make_numbers
+
     if not args.synthetic:
         return pathlib.Path(args.data_dir)
     data_dir = results / "synthetic_data"
@@ -99,6 +98,8 @@ def prepared_data(args, results: pathlib.Path, env) -> pathlib.Path:
 def read_data(data_dir: pathlib.Path, recipe: dict) -> tuple:
     """(tokenizer, the train split's Pairs, the sentence count of the evaluation split) of ``data_dir``,
     checked (transformer.data.read_shard) before a run writes anything."""
+    from transformer.data import Pairs, load_tokenizer, read_parallel
+
     tokenizer = load_tokenizer(data_dir)
     train_set = Pairs(data_dir, "train", recipe["data"]["max_length"], tokenizer.get_vocab_size())
     langs, eval_split = recipe["data"]["langs"], recipe["eval"]["split"]
@@ -110,6 +111,7 @@ def read_data(data_dir: pathlib.Path, recipe: dict) -> tuple:
 
 def save_model(path, model, recipe: dict, vocab_size: int) -> None:
     """model.pt: the weights and what evaluation, averaging and export need to rebuild the model."""
+    import torch
     from zoo.io import atomic_write
 
     state = {
@@ -162,6 +164,9 @@ def log_mlperf_settings(
 @entry_point
 def main(argv=None) -> dict:
     from zoo.cli import parse_args, recipe_from_args, resolve_resume
+
+    args = parse_args(build_parser(), argv)
+
     from zoo.io import atomic_write
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
@@ -179,7 +184,10 @@ def main(argv=None) -> dict:
         seed_everything,
     )
 
-    args = parse_args(build_parser(), argv)
+    from transformer.engine import evaluate, train_one_epoch
+    from transformer.model import build_model
+    from transformer.step import TrainStep
+
     recipe = recipe_from_args(args)
     run = run_config(recipe, args.recipe)
     check_run(run, recipe, args.recipe)
