@@ -9,7 +9,9 @@
 
 Flags: ``--recipe FILE``, repeatable ``--set KEY=VALUE``, ``--amp {bf16,fp16,fp32}``,
 ``--resume {auto,PATH,none}``, ``--data-dir`` ($DATA_DIR), ``--results-dir`` ($RESULTS_DIR),
-``--target-<metric>`` in the metric's published unit; ``--gpus``/``NGPU`` belong to the shell launcher.
+``--target-<metric>`` in the metric's published unit, ``--verbose`` (zoo.console); ``--gpus``/``NGPU``
+belong to the shell launcher. A parser is built from light modules only: the framework is imported after
+parsing, so that ``--help`` and a bad flag answer at once (tests/test_help.py).
 """
 
 from __future__ import annotations

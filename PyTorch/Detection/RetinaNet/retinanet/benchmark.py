@@ -26,8 +26,8 @@ import argparse
 import copy
 import itertools
 import sys
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
 import zoo.scaling
 from zoo.cli import entry_point
@@ -37,9 +37,11 @@ from zoo.recipe import flag, run_config
 from zoo.torch import amp_dtype, autocast, close_distributed, fast_math, grad_scaler, init_distributed
 
 from retinanet import DEFAULT_RECIPE
-from retinanet.data import SyntheticLoader
-from retinanet.model import MEAN, STD, RetinaNet, detect
-from retinanet.step import TrainStep
+
+if TYPE_CHECKING:
+    import torch
+
+    from retinanet.model import RetinaNet
 
 MODELS = ("ours", "torchvision")
 # (anchor, class) pairs of an image above the score threshold for inference: about what a trained
@@ -75,6 +77,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     """The recipe's training step (DDP-wrapped for several processes) on synthetic batches: zoo.scaling's step."""
+    from retinanet.data import SyntheticLoader
+    from retinanet.step import TrainStep
+
     run = run_config(recipe)
     images = run.batch_per_gpu * run.accumulation
     d = recipe["data"]
@@ -93,14 +98,16 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     return zoo.scaling.Step(call, items=images, unit="img/s", model=step.model)
 
 
-@torch.no_grad()
 def calibrate_scores(model: RetinaNet, images: torch.Tensor, candidates: int = CANDIDATES) -> None:
     """Shift the classification bias so that about ``candidates`` (anchor, class) pairs of each image
     score above the model's threshold (trained-looking post-processing work)."""
-    logits, _ = model(images)
-    kth = logits.float().flatten(1).topk(candidates, dim=1).values[:, -1].mean()
-    threshold = torch.logit(torch.tensor(model.settings["score_threshold"]))
-    model.head.classification_head.cls_logits.bias += threshold - kth
+    import torch
+
+    with torch.no_grad():
+        logits, _ = model(images)
+        kth = logits.float().flatten(1).topk(candidates, dim=1).values[:, -1].mean()
+        threshold = torch.logit(torch.tensor(model.settings["score_threshold"]))
+        model.head.classification_head.cls_logits.bias += threshold - kth
 
 
 def torchvision_model(model: RetinaNet, image_size: int):
@@ -118,6 +125,12 @@ def torchvision_model(model: RetinaNet, image_size: int):
 
 def build_steps(name: str, recipe: dict, a, device, world: int):
     """(train_step, infer_step) of one model on the recipe's synthetic batch."""
+    import torch
+
+    from retinanet.data import SyntheticLoader
+    from retinanet.model import MEAN, STD, detect
+    from retinanet.step import TrainStep
+
     run, d = run_config(recipe), recipe["data"]
     classes = a.num_classes or d["synthetic_classes"]
     batch = SyntheticLoader(run.batch_per_gpu * run.accumulation, 1, num_classes=classes,
@@ -155,10 +168,12 @@ def build_steps(name: str, recipe: dict, a, device, world: int):
         scaler.step(optimizer)
         scaler.update()
 
-    @torch.no_grad()
     def tv_infer():
-        with autocast(device, run.precision):
-            tv_infer_model(images)
+        import torch
+
+        with torch.no_grad():
+            with autocast(device, run.precision):
+                tv_infer_model(images)
 
     return tv_train, tv_infer
 
@@ -169,6 +184,7 @@ def recipe_with(a, overrides: list[str]) -> dict:
 
 
 def run(a) -> list[dict]:
+    import torch
     from zoo.bench import measure
 
     env, device = init_distributed(a.device)

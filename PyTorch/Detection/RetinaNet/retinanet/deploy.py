@@ -18,8 +18,6 @@ import time
 import numpy as np
 from zoo.cli import entry_point
 
-from retinanet.detect import load_images
-
 MODEL = "retinanet_python"
 OUTPUTS = ["detection_boxes", "detection_scores", "detection_labels", "num_detections"]
 
@@ -27,7 +25,6 @@ OUTPUTS = ["detection_boxes", "detection_scores", "detection_labels", "num_detec
 @entry_point
 def main(argv=None) -> None:
     from zoo.cli import parse_args
-    from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(
@@ -45,6 +42,11 @@ def main(argv=None) -> None:
     p.add_argument("--threshold", type=float, default=0.4)
     add_load_args(p)
     a = parse_args(p, argv)
+
+    from zoo.triton.client import serve_or_connect
+
+    from retinanet.detect import load_images
+
     _, batch = load_images(a.images, a.image_size)
     inputs = {"images": batch.numpy().astype(np.float32)}
     with serve_or_connect(a.repository, MODEL, url=a.url, protocol=a.protocol) as url:

@@ -9,16 +9,16 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 from zoo.cli import entry_point
 from zoo.coco import PALETTE, read_image
-
-from retinanet.model import MEAN, STD, detect
 
 
 def load_images(paths: list[str], image_size: int):
     """PIL images and the normalised ``(N, 3, S, S)`` batch the model takes."""
+    import torch
     from torchvision.transforms.v2 import functional as F
+
+    from retinanet.model import MEAN, STD
 
     pil, batch = [], []
     for path in paths:
@@ -51,8 +51,6 @@ def draw(image, boxes, scores, labels, names: dict[int, str], threshold: float, 
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 
-    from retinanet.evaluate import load_model
-
     p = argparse.ArgumentParser(
         prog="python -m retinanet.detect",
         description=__doc__,
@@ -62,8 +60,16 @@ def main(argv=None) -> None:
     p.add_argument("--checkpoint", required=True, help="model.pt or checkpoint.pt from retinanet.train")
     p.add_argument("--output", default="detections", help="folder for <image name>.png")
     p.add_argument("--threshold", type=float, default=0.4, help="draw boxes scoring at least this")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda where a GPU is visible)")
     a = parse_args(p, argv)
+
+    import torch
+
+    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    from retinanet.evaluate import load_model
+    from retinanet.model import detect
+
     model, info = load_model(a.checkpoint, a.device)
     names = {i: str(info["category_names"].get(cid, cid)) for i, cid in enumerate(info["category_ids"])}
     size = info["image_size"]

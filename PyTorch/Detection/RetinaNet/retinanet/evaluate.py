@@ -8,41 +8,46 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import entry_point
 from zoo.coco import add_evaluate_args, coco_scores, detect_and_score, evaluation_split, write_json
 from zoo.errors import UserError, one_line
 from zoo.torch import amp_dtype
 
-from retinanet.model import RetinaNet, detect
+if TYPE_CHECKING:
+    from retinanet.model import RetinaNet
 
 
-@torch.no_grad()
 def detect_dataset(model, loader, category_ids, *, amp: str = "fp32", device, progress=None) -> list[dict]:
     """``model``'s detections on every image of ``loader`` as COCO result dicts (bbox xywh in the
     original image's pixels). ``progress``: a zoo.log.MetricsLogger showing batches done and images/s."""
-    model.eval()
-    dtype = amp_dtype(amp)
-    results = []
-    for i, batch in enumerate(loader):
-        batch = batch.to(device)
-        size = batch.images.shape[-1]
-        found = detect(model, batch.images, amp_dtype=dtype)
-        for (boxes, scores, labels), image_id, (h, w) in zip(
-            found, batch.image_ids.tolist(), batch.sizes.tolist(), strict=True
-        ):
-            scale = torch.tensor([w / size, h / size, w / size, h / size], device=boxes.device)
-            boxes = boxes * scale
-            boxes[:, 2:] -= boxes[:, :2]
-            for box, score, label in zip(boxes.tolist(), scores.tolist(), labels.tolist(), strict=True):
-                results.append({
-                    "image_id": int(image_id), "category_id": int(category_ids[label]),
-                    "bbox": [round(v, 2) for v in box], "score": round(float(score), 5),
-                })  # fmt: skip
-        if progress is not None:
-            progress.progress(i + 1, len(batch.image_ids))
-    return results
+    import torch
+
+    from retinanet.model import detect
+
+    with torch.no_grad():
+        model.eval()
+        dtype = amp_dtype(amp)
+        results = []
+        for i, batch in enumerate(loader):
+            batch = batch.to(device)
+            size = batch.images.shape[-1]
+            found = detect(model, batch.images, amp_dtype=dtype)
+            for (boxes, scores, labels), image_id, (h, w) in zip(
+                found, batch.image_ids.tolist(), batch.sizes.tolist(), strict=True
+            ):
+                scale = torch.tensor([w / size, h / size, w / size, h / size], device=boxes.device)
+                boxes = boxes * scale
+                boxes[:, 2:] -= boxes[:, :2]
+                for box, score, label in zip(boxes.tolist(), scores.tolist(), labels.tolist(), strict=True):
+                    results.append({
+                        "image_id": int(image_id), "category_id": int(category_ids[label]),
+                        "bbox": [round(v, 2) for v in box], "score": round(float(score), 5),
+                    })  # fmt: skip
+            if progress is not None:
+                progress.progress(i + 1, len(batch.image_ids))
+        return results
 
 
 def coco_map(annotation_file: str, results: list[dict], image_ids=None) -> dict[str, float]:
@@ -63,6 +68,10 @@ def load_model(checkpoint, device) -> tuple[RetinaNet, dict]:
     """The model and what else a ``model.pt`` or ``checkpoint.pt`` of retinanet.train holds
     (``category_ids``, ``category_names``, ``image_size``), or a torchvision RetinaNet's weights
     (:func:`torchvision_checkpoint`); a UserError naming a file that is not one."""
+    import torch
+
+    from retinanet.model import RetinaNet
+
     path = Path(checkpoint)
     if not path.is_file():
         raise UserError(f"checkpoint {path} does not exist")
@@ -95,8 +104,6 @@ def load_model(checkpoint, device) -> tuple[RetinaNet, dict]:
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 
-    from retinanet.data import build_loader
-
     p = argparse.ArgumentParser(
         prog="python -m retinanet.evaluate",
         description=__doc__,
@@ -107,6 +114,9 @@ def main(argv=None) -> None:
     )
     p.add_argument("--results-json", help="also write the detections (COCO result format) here")
     a = parse_args(p, argv)
+
+    from retinanet.data import build_loader
+
     image_dir, annotation_file = evaluation_split(a)
     model, info = load_model(a.checkpoint, a.device)
     loader = build_loader(

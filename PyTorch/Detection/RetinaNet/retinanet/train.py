@@ -16,7 +16,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 import zoo.cli
 import zoo.coco
 from zoo.cli import entry_point
@@ -35,10 +34,6 @@ from zoo.torch import (
 )
 
 from retinanet import DEFAULT_RECIPE, MODEL_DIR
-from retinanet.data import SyntheticLoader, build_loader
-from retinanet.engine import evaluate, train_one_epoch
-from retinanet.model import RetinaNet, load_backbone_state, model_settings
-from retinanet.step import TrainStep
 
 DEFAULT_REGISTRY = MODEL_DIR / "checkpoints.yaml"
 # What a checkpoint.pt of this training holds beyond zoo's fields; --resume refuses a file without them.
@@ -69,6 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_loaders(a, recipe: dict, run, env, device):
     """Train loader, validation loader (or None), category ids and their names."""
+    from retinanet.data import SyntheticLoader, build_loader
+
     batch = run.batch_per_gpu * run.accumulation  # the step splits it into micro-batches
     d = recipe["data"]
     if a.synthetic:
@@ -120,6 +117,8 @@ def train(a: argparse.Namespace) -> dict:
     RESULTS_DIR gets checkpoint.pt, model.pt, metrics.jsonl (+ tensorboard/) and the MLPerf log
     (zoo.mlperf.log_path, benchmark "retinanet"; ``python -m zoo.mlperf`` checks it).
     """
+    from retinanet.model import model_settings
+
     recipe, run = zoo.coco.training_recipe(a, FLAG_TO_RECIPE)
     model_settings(recipe["model"])  # a bad model key ends here, before anything is written
     results_dir = Path(a.results_dir)
@@ -140,7 +139,12 @@ def train(a: argparse.Namespace) -> dict:
 
 def train_run(a, recipe: dict, run, env, device, state: dict | None, mlperf) -> dict:
     """The run itself, inside ``mlperf``'s init_start ... run_stop; ``state`` a checkpoint to continue."""
+    import torch
     from zoo.log import MetricsLogger
+
+    from retinanet.engine import evaluate, train_one_epoch
+    from retinanet.model import RetinaNet, load_backbone_state
+    from retinanet.step import TrainStep
 
     seed_everything(run.seed)
     train_loader, val_loader, category_ids, category_names = build_loaders(a, recipe, run, env, device)

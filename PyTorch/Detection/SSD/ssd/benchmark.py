@@ -29,7 +29,6 @@ import argparse
 import itertools
 import sys
 
-import torch
 import zoo.cli
 import zoo.scaling
 from zoo.cli import entry_point
@@ -39,13 +38,8 @@ from zoo.recipe import flag, run_config
 from zoo.torch import autocast, close_distributed, distributed_model, fast_math, grad_scaler, init_distributed
 
 from ssd import DEFAULT_RECIPE
-from ssd.baselines import BASELINES
-from ssd.boxes import postprocess
-from ssd.data import SyntheticLoader
-from ssd.model import build_inference_model, estimate_batchnorm_statistics
-from ssd.step import TrainStep
 
-MODELS = ("ours", *BASELINES)
+MODELS = ("ours", "torchvision-ssd", "ssd300_vgg16")  # ours and ssd.baselines.BASELINES
 # Training-mode passes over the batch that set every model's BatchNorm statistics before inference:
 # with fresh ones (mean 0, variance 1) the activations of untrained weights grow through the
 # network, nearly every box clears the score threshold and NMS dominates the inference time.
@@ -93,6 +87,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def synthetic_batch(batch_size: int, num_classes: int, device):
     """The batch of ``train.py --synthetic`` (normalised random images, 8 boxes per image)."""
+    from ssd.data import SyntheticLoader
+
     return SyntheticLoader(batch_size, 1, num_classes=num_classes, device=device).batch
 
 
@@ -103,6 +99,9 @@ SCALING_BATCHES = 4
 def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     """The recipe's training step (ssd.step.TrainStep, DDP-wrapped for several processes and compiled as
     the recipe says) on synthetic batches of batch per GPU x accumulation images: zoo.scaling's step."""
+    from ssd.data import SyntheticLoader
+    from ssd.step import TrainStep
+
     run = run_config(recipe)
     images = run.batch_per_gpu * run.accumulation
     step = TrainStep(recipe, device, steps_per_epoch=1000, world_size=world_size)
@@ -119,6 +118,12 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
 
 def ours_steps(recipe: dict, a, device, world):
     """(train_step, infer_step) of our SSD300: the recipe's training step and the inference model."""
+    import torch
+
+    from ssd.boxes import postprocess
+    from ssd.model import build_inference_model, estimate_batchnorm_statistics
+    from ssd.step import TrainStep
+
     step = TrainStep(recipe, device, steps_per_epoch=1000, num_classes=a.num_classes, world_size=world)
     run = run_config(recipe)
     batch = synthetic_batch(run.batch_per_gpu * run.accumulation, a.num_classes, device)
@@ -144,6 +149,11 @@ def ours_steps(recipe: dict, a, device, world):
 
 def baseline_steps(name: str, recipe: dict, a, device, world):
     """(train_step, infer_step) of a torchvision baseline, called as a user would call it."""
+    import torch
+
+    from ssd.baselines import BASELINES
+    from ssd.model import estimate_batchnorm_statistics
+
     model = BASELINES[name](a.num_classes) if name == "torchvision-ssd" else BASELINES[name]()
     model = model.to(device).to(memory_format=torch.channels_last)
     run = run_config(recipe)
@@ -198,6 +208,7 @@ def recipe_with(a, overrides: list[str]) -> dict:
 
 
 def run(a) -> list[dict]:
+    import torch
     from zoo.bench import measure
 
     recipe = recipe_with(a, [])
@@ -272,6 +283,8 @@ def run(a) -> list[dict]:
 
 def add_ratios(results: list[dict]) -> None:
     """``speedup_vs_<baseline>`` on each "ours" row: its images/s over the baseline's, same mode."""
+    from ssd.baselines import BASELINES
+
     for row in results:
         if row["model"] != "ours":
             continue
@@ -282,6 +295,8 @@ def add_ratios(results: list[dict]) -> None:
 
 def format_table(results: list[dict]) -> str:
     """One line per row: model, mode, batch x processes, precision, img/s, p50 ms, ratios, levers."""
+    from ssd.baselines import BASELINES
+
     lines = [
         f"{'model':16s} {'mode':9s} {'batch':>9s} {'amp':4s} {'img/s':>9s} {'p50 ms':>8s}  "
         "vs torchvision-ssd  vs ssd300_vgg16  settings"

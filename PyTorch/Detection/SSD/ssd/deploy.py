@@ -17,11 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from zoo.cli import entry_point
-
-from ssd.boxes import Detections
-from ssd.detect import draw, load_images
 
 MODEL = "ssd300_python"
 OUTPUTS = ["detection_boxes", "detection_scores", "detection_labels", "num_detections"]
@@ -29,7 +25,6 @@ OUTPUTS = ["detection_boxes", "detection_scores", "detection_labels", "num_detec
 
 @entry_point
 def main(argv=None) -> None:
-    from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -41,6 +36,13 @@ def main(argv=None) -> None:
     p.add_argument("--output", help="folder for PNGs with the boxes drawn")
     add_load_args(p)
     a = p.parse_args(argv)
+
+    import torch
+    from zoo.triton.client import serve_or_connect
+
+    from ssd.boxes import Detections
+    from ssd.detect import draw, load_images
+
     pil, batch = load_images(a.images)
     inputs = {"images": batch.numpy().astype(np.float32)}
 

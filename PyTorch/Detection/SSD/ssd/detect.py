@@ -8,18 +8,21 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import entry_point
 from zoo.coco import PALETTE, read_image
 
-from ssd.boxes import Detections, default_boxes, postprocess
-from ssd.data import MEAN, STD
+if TYPE_CHECKING:
+    from ssd.boxes import Detections
 
 
 def load_images(paths: list[str], image_size: int = 300):
     """PIL images and the normalised ``(N, 3, S, S)`` batch the model takes."""
+    import torch
     from torchvision.transforms.v2 import functional as F
+
+    from ssd.data import MEAN, STD
 
     pil, batch = [], []
     for p in paths:
@@ -51,9 +54,6 @@ def draw(image, det: Detections, names: dict[int, str], threshold: float):
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 
-    from ssd.evaluate import load_model
-    from ssd.model import build_inference_model
-
     p = argparse.ArgumentParser(
         prog="python -m ssd.detect", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -61,8 +61,15 @@ def main(argv=None) -> None:
     p.add_argument("--checkpoint", required=True, help="model.pt or checkpoint.pt from ssd.train")
     p.add_argument("--output", default="detections", help="folder for <image name>.png")
     p.add_argument("--threshold", type=float, default=0.4, help="draw boxes scoring at least this")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda where a GPU is visible)")
     a = parse_args(p, argv)
+    import torch
+
+    from ssd.boxes import Detections, default_boxes, postprocess
+    from ssd.evaluate import load_model
+    from ssd.model import build_inference_model
+
+    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, category_ids = load_model(a.checkpoint, a.device)
     state_names = torch.load(a.checkpoint, map_location="cpu", weights_only=False).get("category_names", {})
     names = {i + 1: state_names.get(cid, str(cid)) for i, cid in enumerate(category_ids)}

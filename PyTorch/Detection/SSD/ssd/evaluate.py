@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.cli import entry_point
 from zoo.coco import add_evaluate_args, coco_scores, detect_and_score, evaluation_split, write_json
 from zoo.errors import UserError, one_line
 
-from ssd.boxes import default_boxes, postprocess
+if TYPE_CHECKING:
+    import torch
 
 
-@torch.no_grad()
 def detect_dataset(
     model,
     loader,
@@ -31,32 +31,39 @@ def detect_dataset(
 
     ``progress``: a ``zoo.log.MetricsLogger`` whose bar shows batches done/total and images/s.
     """
-    model.eval()
-    dboxes = default_boxes().to(device)
-    results = []
-    for step, batch in enumerate(loader):
-        if max_steps is not None and step >= max_steps:
-            break
-        batch = batch.to(device)
-        loc, logits = model(batch.images)
-        for det, image_id, (h, w) in zip(
-            postprocess(loc, logits, dboxes), batch.image_ids.tolist(), batch.sizes.tolist(), strict=True
-        ):
-            scale = torch.tensor([w, h, w, h], device=det.boxes.device, dtype=torch.float32)
-            b = det.boxes * scale
-            b[:, 2:] -= b[:, :2]
-            for box, score, label in zip(b.tolist(), det.scores.tolist(), det.labels.tolist(), strict=True):
-                results.append(
-                    {
-                        "image_id": int(image_id),
-                        "category_id": int(category_ids[label - 1]),
-                        "bbox": [round(v, 2) for v in box],
-                        "score": round(float(score), 5),
-                    }
-                )
-        if progress is not None:
-            progress.progress(step + 1, len(batch.image_ids))
-    return results
+    import torch
+
+    from ssd.boxes import default_boxes, postprocess
+
+    with torch.no_grad():
+        model.eval()
+        dboxes = default_boxes().to(device)
+        results = []
+        for step, batch in enumerate(loader):
+            if max_steps is not None and step >= max_steps:
+                break
+            batch = batch.to(device)
+            loc, logits = model(batch.images)
+            for det, image_id, (h, w) in zip(
+                postprocess(loc, logits, dboxes), batch.image_ids.tolist(), batch.sizes.tolist(), strict=True
+            ):
+                scale = torch.tensor([w, h, w, h], device=det.boxes.device, dtype=torch.float32)
+                b = det.boxes * scale
+                b[:, 2:] -= b[:, :2]
+                for box, score, label in zip(
+                    b.tolist(), det.scores.tolist(), det.labels.tolist(), strict=True
+                ):
+                    results.append(
+                        {
+                            "image_id": int(image_id),
+                            "category_id": int(category_ids[label - 1]),
+                            "bbox": [round(v, 2) for v in box],
+                            "score": round(float(score), 5),
+                        }
+                    )
+            if progress is not None:
+                progress.progress(step + 1, len(batch.image_ids))
+        return results
 
 
 def coco_map(annotation_file: str, results: list[dict], image_ids=None) -> dict[str, float]:
@@ -67,6 +74,8 @@ def coco_map(annotation_file: str, results: list[dict], image_ids=None) -> dict[
 
 def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, list[int]]:
     """Model and COCO category ids from a training checkpoint or a ``model.pt`` written by training."""
+    import torch
+
     from ssd.model import SSD300
 
     path = Path(checkpoint)
@@ -90,9 +99,6 @@ def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, list[int]]:
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 
-    from ssd.data import build_loader
-    from ssd.model import build_inference_model
-
     p = argparse.ArgumentParser(
         prog="python -m ssd.evaluate",
         description=__doc__,
@@ -102,6 +108,10 @@ def main(argv=None) -> None:
     add_evaluate_args(p, train_module="ssd.train", batch_size=32, amp_help=amp_help)
     p.add_argument("--results-json", help="also write the detections (COCO result format) here")
     a = parse_args(p, argv)
+
+    from ssd.data import build_loader
+    from ssd.model import build_inference_model
+
     image_dir, annotation_file = evaluation_split(a)
     model, category_ids = load_model(a.checkpoint, a.device)
     loader = build_loader(image_dir, annotation_file, train=False, batch_size=a.batch_size, workers=a.workers)

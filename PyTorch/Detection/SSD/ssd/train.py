@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
 import zoo.coco
 from zoo.cli import entry_point
@@ -35,10 +35,9 @@ from zoo.torch import (
 )
 
 from ssd import DEFAULT_RECIPE, MODEL_DIR
-from ssd.data import DaliLoader, SyntheticLoader, build_loader
-from ssd.engine import evaluate, train_one_epoch
-from ssd.model import SSD300, load_backbone_state
-from ssd.step import TrainStep
+
+if TYPE_CHECKING:
+    from ssd.model import SSD300
 
 # The backbone weights --backbone NAME starts from are listed in this model's own registry.
 DEFAULT_REGISTRY = MODEL_DIR / "checkpoints.yaml"
@@ -83,6 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def build_loaders(a, recipe: dict, run, env, device):
     """Train loader, validation loader (or None), category ids, their names and the class count."""
+    from ssd.data import DaliLoader, SyntheticLoader, build_loader
+
     rank, world = env.rank, env.world_size
     batch = run.batch_per_gpu * run.accumulation  # the step splits it into micro-batches
     d = recipe["data"]
@@ -120,6 +121,8 @@ def build_loaders(a, recipe: dict, run, env, device):
 def load_backbone(model: SSD300, name_or_path: str, registry) -> None:
     """ResNet-50 weights (a registry name or a file) into ``model``'s trunk; a UserError naming the
     file where they cannot be read or do not fit."""
+    from ssd.model import load_backbone_state
+
     zoo.coco.load_backbone(name_or_path, registry, lambda weights: load_backbone_state(model, weights))
 
 
@@ -170,7 +173,12 @@ def train(a: argparse.Namespace) -> dict:
 
 def train_run(a: argparse.Namespace, recipe: dict, run, env, device, state: dict | None, mlperf) -> dict:
     """The run itself, inside ``mlperf``'s init_start ... run_stop; ``state`` a checkpoint to continue."""
+    import torch
     from zoo.log import MetricsLogger
+
+    from ssd.engine import evaluate, train_one_epoch
+    from ssd.model import SSD300
+    from ssd.step import TrainStep
 
     seed_everything(run.seed)
     train_loader, val_loader, category_ids, category_names, num_classes = build_loaders(

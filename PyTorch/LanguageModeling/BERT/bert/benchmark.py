@@ -33,8 +33,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
 import zoo.scaling
 from zoo.bench import KERNEL_FAMILIES, format_profile, measure, profile_step, write_report
 from zoo.cli import add_run_args, entry_point, recipe_from_args
@@ -42,11 +40,6 @@ from zoo.cli import parse_args as parse_cli_args
 from zoo.errors import UserError
 from zoo.recipe import run_config
 from zoo.torch import autocast, fast_math, parameter_groups
-
-from bert.convert import ours_to_hf
-from bert.data import SampleSpec, SyntheticBatches
-from bert.lamb import Lamb
-from bert.step import DEFAULT_RECIPE, build_model, compile_mode_of, pretraining_step
 
 DEFAULT_TEXT = "/usr/share/common-licenses"
 # recipe keys of this benchmark's own flags (zoo.cli.RUN_FLAGS maps --batch-size and --accumulation)
@@ -61,6 +54,8 @@ BERT_FAMILIES = (
 
 def synthetic_batch(batch: int, seq: int, predictions: int, vocab: int, device, seed: int = 0) -> dict:
     """Full-length single-sequence samples with ``predictions`` [MASK]ed positions each."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, vocab, (batch, seq), generator=g)
     positions = (
@@ -127,6 +122,8 @@ def _to_device(batch: dict, device) -> dict:
 
 def hf_padded(batch: dict) -> dict:
     """One sequence per sample: attention mask from the sequence ids, labels dense over the tokens."""
+    import torch
+
     # unused prediction slots point at position 0 ([CLS], never a target) with label -100
     dense = torch.full_like(batch["input_ids"], -100).scatter_(1, batch["mlm_positions"], batch["mlm_labels"])
     return {
@@ -140,6 +137,8 @@ def hf_padded(batch: dict) -> dict:
 
 def hf_dense(batch: dict) -> dict:
     """Hugging Face's labels for a synthetic batch: -100 everywhere but the masked positions."""
+    import torch
+
     dense = torch.full_like(batch["input_ids"], -100).scatter_(1, batch["mlm_positions"], batch["mlm_labels"])
     return {"input_ids": batch["input_ids"], "token_type_ids": batch["token_type_ids"], "dense_labels": dense,
             "sequences": batch["sequences"]}  # fmt: skip
@@ -165,6 +164,8 @@ def hf_model(config, device):
 
 def ours_step(model, recipe: dict, batches: list[dict], device):
     """One optimizer step of the recipe's training step over the next micro-batches of ``batches`` (cycled)."""
+    from bert.step import pretraining_step
+
     step = pretraining_step(model, recipe, device)
     feed = itertools.cycle(batches)
 
@@ -178,6 +179,9 @@ def ours_step(model, recipe: dict, batches: list[dict], device):
 def hf_step(model, batches: list[dict], amp: str, device, compiled: bool, accumulation: int = 1):
     """One fused-AdamW step of Hugging Face's model over the next ``accumulation`` batches of
     ``batches`` (cycled; gradients summed over them, as ours accumulates its micro-batches)."""
+    import torch
+    import torch.nn.functional as F
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=device.type == "cuda")
     feed = itertools.cycle(batches)
 
@@ -208,6 +212,8 @@ def hf_step(model, batches: list[dict], amp: str, device, compiled: bool, accumu
 
 def weights_label(model, optimizer) -> str:
     """What the parameters were trained in, read from the model and its optimizer."""
+    import torch
+
     dtype = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[
         next(model.parameters()).dtype
     ]
@@ -216,6 +222,11 @@ def weights_label(model, optimizer) -> str:
 
 
 def run(args, recipe: dict) -> tuple[list[dict], dict]:
+    import torch
+
+    from bert.convert import ours_to_hf
+    from bert.step import build_model, compile_mode_of
+
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     fast_math(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -302,6 +313,11 @@ def run(args, recipe: dict) -> tuple[list[dict], dict]:
 def optimizer_only(args, recipe: dict) -> list[dict]:
     """Time LAMB implementations' steps alone on the recipe model's parameters with random gradients:
     the device time (synchronised) and the host time to issue the step (not synchronised)."""
+    import torch
+
+    from bert.lamb import Lamb
+    from bert.step import build_model
+
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     model = build_model(recipe, recipe["vocab_size"], nsp=True).to(device)
@@ -347,6 +363,9 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     all-reduced on the last one only."""
     import torch.distributed as dist
 
+    from bert.data import SampleSpec, SyntheticBatches
+    from bert.step import build_model, pretraining_step
+
     run = run_config(recipe)
     rank = dist.get_rank() if dist.is_initialized() else 0
     spec = SampleSpec(max_seq=recipe["max_seq"], max_predictions=recipe["max_predictions"], packing=False)
@@ -368,6 +387,8 @@ hold equal weights, the command, device and date (scripts/benchmark.sh --gpus 1 
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from bert import DEFAULT_RECIPE
+
     p = argparse.ArgumentParser(
         prog="python -m bert.benchmark",
         description=__doc__.splitlines()[0],
@@ -421,10 +442,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 @entry_point
 def main(argv=None) -> None:
+    from bert import DEFAULT_RECIPE
+
     if zoo.scaling.asked_for(argv):
         zoo.scaling.main(argv, module="bert.benchmark", build=scaling_step, default_recipe=DEFAULT_RECIPE)
         return
     args = parse_args(argv)
+
+    import torch
+
     recipe = recipe_from_args(args, FLAG_KEYS)
     if args.optimizer_only:
         write_report(args.output, optimizer_only(args, recipe), command=" ".join(sys.argv))

@@ -16,8 +16,8 @@ import argparse
 import dataclasses
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 from zoo.bert import (
     PRETRAINING_RENAMED,
     MLPerfBlocks,
@@ -46,12 +46,8 @@ from zoo.torch import (
     save_training_checkpoint,
 )
 
-from bert import convert
-from bert.data import PretrainingBatches, PretrainingData, SampleSpec, ShardError, SyntheticBatches, collate
-from bert.engine import TrainWindow, evaluate, train_one_epoch
-from bert.lamb import lamb_implementation
-from bert.model import BertForPreTraining, bert_config, parameter_count
-from bert.step import DEFAULT_RECIPE, build_model, compile_mode_of, full_precision_state, pretraining_step
+if TYPE_CHECKING:
+    from bert.model import BertForPreTraining
 
 # this model's levers -> recipe keys (zoo.bert maps the flags both BERTs share)
 FLAG_KEYS = {"compile": "compile", "loader_workers": "loader_workers"}
@@ -60,6 +56,8 @@ RESUME_FIELDS = (*TRAINING_STATE_FIELDS, "scheduler", "scaler")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from bert import DEFAULT_RECIPE
+
     p = pretraining_parser(
         "python -m bert.pretrain",
         "BERT pretraining with LAMB; run under torchrun for several GPUs or nodes.",
@@ -76,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_recipe(args) -> dict:
+    from bert.lamb import lamb_implementation
+    from bert.step import compile_mode_of
+
     recipe = pretraining_recipe(args, FLAG_KEYS)
     compile_mode_of(recipe["compile"])  # bad values end here, before anything is written
     try:
@@ -87,6 +88,8 @@ def build_recipe(args) -> dict:
 
 def build_batches(args, recipe: dict, env):
     """(dataset of micro-batches indexed by micro-step, SampleSpec, vocab size)."""
+    from bert.data import PretrainingBatches, PretrainingData, SampleSpec, SyntheticBatches
+
     run = run_config(recipe)
     if args.synthetic or not args.data_dir:
         if not args.synthetic:
@@ -107,6 +110,8 @@ def build_eval_batches(path, recipe: dict, env) -> tuple[list[dict], int]:
     """(this rank's share of the first ``eval_samples`` samples of epoch 0's stream of ``path`` in
     micro-batches, the number of samples over all ranks). Masks are drawn from the seed, so every
     evaluation of every run sees the same set."""
+    from bert.data import PretrainingData, collate
+
     run = run_config(recipe)
     data = PretrainingData(path, seed=run.seed)
     if data.spec.max_seq != recipe["max_seq"]:
@@ -128,6 +133,11 @@ def read_start_weights(
     """(``--init-checkpoint``'s weights in our names, the checkpoint to resume), each read once and
     checked against the recipe's model before the run writes anything: a file that is not BERT, or
     a BERT of another size or vocabulary, ends in one line naming the flag and the problem."""
+    import torch
+
+    from bert import convert
+    from bert.model import BertForPreTraining, bert_config
+
     with torch.device("meta"):  # names and shapes only, no memory
         reference = BertForPreTraining(bert_config(recipe["model"], vocab_size=vocab_size))
     init_state = resumed = None
@@ -215,6 +225,13 @@ def train(
     """Build the model (from ``init_state``) and its training step, continue the ``resumed`` checkpoint
     if given, and train to run.steps, the target MLM accuracy or ``--stop-after``: the engine's loop up
     to each evaluation or checkpoint. Writes checkpoint.pt, model.pt and the logs."""
+    import torch
+
+    from bert.data import PretrainingBatches, ShardError
+    from bert.engine import TrainWindow, evaluate, train_one_epoch
+    from bert.model import parameter_count
+    from bert.step import build_model, full_precision_state, pretraining_step
+
     run = run_config(recipe)
     model = build_model(recipe, vocab_size, spec.nsp, init_state).to(device)
     step = pretraining_step(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,14 +23,9 @@ from zoo.errors import UserError
 from zoo.recipe import compile_mode, run_config
 from zoo.torch import autocast, distributed_model, grad_scaler, parameter_groups, seed_everything
 
-from bert import convert
+from bert import DEFAULT_RECIPE, SQUAD_RECIPE, convert  # noqa: F401 (step.DEFAULT_RECIPE, as before)
 from bert.lamb import Lamb, lamb_implementation, warmup_poly_schedule
 from bert.model import BertForPreTraining, bert_config, pretraining_loss
-
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-# what pretrain.py, benchmark.py and benchmark.sh --gpus run without --recipe
-DEFAULT_RECIPE = CONFIG_DIR / "pretrain_phase1_1gpu.yaml"
-SQUAD_RECIPE = CONFIG_DIR / "squad_1gpu.yaml"
 
 
 def compile_mode_of(value) -> str | None:

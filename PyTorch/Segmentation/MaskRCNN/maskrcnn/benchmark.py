@@ -28,7 +28,6 @@ import argparse
 import itertools
 import sys
 
-import torch
 import zoo.scaling
 from zoo.cli import AMP_CHOICES, entry_point
 from zoo.cli import parse_args as parse_cli
@@ -38,8 +37,6 @@ from zoo.recipe import run_config
 from zoo.torch import autocast, close_distributed, fast_math, init_distributed
 
 from maskrcnn import DEFAULT_RECIPE
-from maskrcnn.model import model_from_recipe, prepare_for_speed
-from maskrcnn.step import TrainStep
 
 # Different synthetic batches the scaling mode cycles through.
 SCALING_BATCHES = 4
@@ -77,6 +74,8 @@ def parse_args(argv=None):
 
 def synthetic_batch(batch: int, size: int, device, seed: int = 0):
     """Images in [0, 1] and targets with 4 boxes and matching rectangular masks per image."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     images, targets = [], []
     for _ in range(batch):
@@ -96,6 +95,9 @@ def scaling_step(recipe: dict, device, world_size: int) -> zoo.scaling.Step:
     """The recipe's training step (maskrcnn.step.TrainStep on the recipe's model, its speed section
     applied, DDP-wrapped for several processes) on synthetic batches of run.batch_per_gpu square images
     of ``data.min_size`` pixels, run.accumulation of them a step: zoo.scaling's step."""
+    from maskrcnn.model import model_from_recipe, prepare_for_speed
+    from maskrcnn.step import TrainStep
+
     run = run_config(recipe)
     min_size = recipe["data"]["min_size"]
     size = min(min_size) if isinstance(min_size, list) else min_size
@@ -114,6 +116,11 @@ def steps_for(model, recipe: dict, a, device, *, speed: bool):
     (maskrcnn.step.TrainStep, ``--batch-size`` images a step in ``--amp``) and eval-mode inference.
     ``speed`` (ours) applies the recipe's speed settings; else (torchvision) the model runs eager with
     cuDNN autotuning off."""
+    import torch
+
+    from maskrcnn.model import prepare_for_speed
+    from maskrcnn.step import TrainStep
+
     model = model.to(device)
     if speed:
         prepare_for_speed(model, recipe, device)
@@ -126,11 +133,13 @@ def steps_for(model, recipe: dict, a, device, *, speed: bool):
         step.train()
         step(batches)
 
-    @torch.no_grad()
     def infer_step():
-        model.eval()
-        with autocast(device, a.amp):
-            model(next(batches)[0])
+        import torch
+
+        with torch.no_grad():
+            model.eval()
+            with autocast(device, a.amp):
+                model(next(batches)[0])
 
     return train_step, infer_step
 
@@ -149,6 +158,8 @@ def benchmark_recipe(a) -> dict:
 def build(name: str, recipe: dict):
     """Ours from the recipe at the benchmark's image size; torchvision's ``maskrcnn_resnet50_fpn`` with
     its own defaults at the same size."""
+    from maskrcnn.model import model_from_recipe
+
     if name == "ours":
         return model_from_recipe(recipe, 91)
     from torchvision.models.detection import maskrcnn_resnet50_fpn
@@ -158,6 +169,7 @@ def build(name: str, recipe: dict):
 
 
 def run(a) -> list[dict]:
+    import torch
     from zoo.bench import measure
 
     env, device = init_distributed(a.device)

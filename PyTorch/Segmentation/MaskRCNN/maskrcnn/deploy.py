@@ -17,12 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 from zoo.cli import entry_point
 from zoo.errors import UserError
-
-from maskrcnn.detect import count_line, draw, load_image
-from maskrcnn.export import OUTPUTS
 
 MODEL = "maskrcnn_python"
 
@@ -30,7 +26,6 @@ MODEL = "maskrcnn_python"
 @entry_point
 def main(argv=None) -> None:
     from zoo.cli import parse_args
-    from zoo.triton.client import serve_or_connect
     from zoo.triton.load import add_load_args, run_load_mode
 
     p = argparse.ArgumentParser(
@@ -46,6 +41,13 @@ def main(argv=None) -> None:
     p.add_argument("--output", help="folder for PNGs with boxes and masks drawn")
     add_load_args(p)
     a = parse_args(p, argv)
+
+    import torch
+    from zoo.triton.client import serve_or_connect
+
+    from maskrcnn.detect import count_line, draw, load_image
+    from maskrcnn.export import OUTPUTS
+
     repo = Path(a.repository)
     if not a.url and not (repo / MODEL / "config.pbtxt").is_file():
         raise UserError(f"{repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
@@ -79,6 +81,8 @@ def main(argv=None) -> None:
 def serve_all(url, loaded, protocol) -> list[tuple[dict, float]]:
     """(outputs, milliseconds) per image over one connection; the first image is sent once before as warm-up."""
     from zoo.triton.client import TritonClient
+
+    from maskrcnn.export import OUTPUTS
 
     answers = []
     with TritonClient(url, protocol) as client:

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 from zoo.cli import entry_point
 from zoo.coco import PALETTE, read_image
 
@@ -19,6 +18,7 @@ MASK_ALPHA = 0.45
 
 def load_image(path):
     """(PIL image, float (3, H, W) tensor in [0, 1]); a UserError if it cannot be read."""
+    import torch
     from torchvision.transforms.v2 import functional as F
 
     im = read_image(path)
@@ -64,8 +64,6 @@ def draw(image, output: dict, names: dict, threshold: float, mask_threshold: flo
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 
-    from maskrcnn.evaluate import load_model
-
     p = argparse.ArgumentParser(
         prog="python -m maskrcnn.detect",
         description=__doc__,
@@ -75,8 +73,14 @@ def main(argv=None) -> None:
     p.add_argument("--checkpoint", required=True, help="model.pt or checkpoint.pt from maskrcnn.train")
     p.add_argument("--output", default="detections", help="folder for <image name>.png")
     p.add_argument("--threshold", type=float, default=0.5, help="draw detections scoring at least this")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda where a GPU is visible)")
     a = parse_args(p, argv)
+
+    import torch
+
+    from maskrcnn.evaluate import load_model
+
+    a.device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, state = load_model(a.checkpoint, a.device)
     names = state.get("category_names", {})
     out_dir = Path(a.output)

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from zoo.cli import entry_point
 from zoo.coco import add_evaluate_args, coco_scores, detect_and_score, evaluation_split, write_json
 from zoo.errors import UserError, one_line
 from zoo.torch import autocast
+
+if TYPE_CHECKING:
+    import torch
 
 MASK_THRESHOLD = 0.5
 
@@ -43,24 +46,26 @@ def to_coco_results(output: dict, image_id: int) -> list[dict]:
     return out
 
 
-@torch.no_grad()
 def detect_dataset(model, loader, *, device, amp: str = "fp32", max_steps: int | None = None, progress=None):
     """Run the model over a loader; COCO result dicts with boxes and masks in original pixels.
 
     ``progress``: a ``zoo.log.MetricsLogger`` whose bar shows batches done/total and images/s.
     """
-    model.eval()
-    results = []
-    for step, (images, targets) in enumerate(loader):
-        if max_steps is not None and step >= max_steps:
-            break
-        with autocast(device, amp):
-            outputs = model([im.to(device) for im in images])
-        for output, target in zip(outputs, targets, strict=True):
-            results += to_coco_results(output, target["image_id"])
-        if progress is not None:
-            progress.progress(step + 1, len(images))
-    return results
+    import torch
+
+    with torch.no_grad():
+        model.eval()
+        results = []
+        for step, (images, targets) in enumerate(loader):
+            if max_steps is not None and step >= max_steps:
+                break
+            with autocast(device, amp):
+                outputs = model([im.to(device) for im in images])
+            for output, target in zip(outputs, targets, strict=True):
+                results += to_coco_results(output, target["image_id"])
+            if progress is not None:
+                progress.progress(step + 1, len(images))
+        return results
 
 
 def coco_map(annotation_file: str, results: list[dict], image_ids=None) -> dict[str, float]:
@@ -72,6 +77,8 @@ def coco_map(annotation_file: str, results: list[dict], image_ids=None) -> dict[
 def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, dict]:
     """Model and its checkpoint entries (``recipe``, ``category_ids``, ``category_names``) from a file
     written by training (checkpoint.pt or model.pt)."""
+    import torch
+
     from maskrcnn.model import model_from_recipe
 
     path = Path(checkpoint)
@@ -95,8 +102,6 @@ def load_model(checkpoint: str, device) -> tuple[torch.nn.Module, dict]:
 def main(argv=None) -> None:
     from zoo.cli import parse_args
 
-    from maskrcnn.data import build_loader
-
     p = argparse.ArgumentParser(
         prog="python -m maskrcnn.evaluate",
         description=__doc__,
@@ -107,6 +112,9 @@ def main(argv=None) -> None:
     )
     p.add_argument("--results-dir", help="write detections.json (COCO results) and scores.json here")
     a = parse_args(p, argv)
+
+    from maskrcnn.data import build_loader
+
     image_dir, annotation_file = evaluation_split(a)
     model, state = load_model(a.checkpoint, a.device)
     loader = build_loader(image_dir, annotation_file, train=False, batch_size=a.batch_size, workers=a.workers)

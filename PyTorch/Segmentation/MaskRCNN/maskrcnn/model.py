@@ -186,3 +186,15 @@ def inference_outputs(model: MaskRCNN, image: torch.Tensor) -> dict:
     """One image's detections: boxes (N, 4) xyxy pixels, labels, scores, masks (N, 1, H, W) in [0, 1]."""
     model.eval()
     return model([image])[0]
+
+
+class SingleImageModel(nn.Module):
+    """The inference model: one ``(3, H, W)`` image -> (boxes, labels, scores, masks)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, image: torch.Tensor):
+        out = self.model([image])[0]
+        return out["boxes"], out["labels"], out["scores"], out["masks"]

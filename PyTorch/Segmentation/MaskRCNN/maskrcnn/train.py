@@ -17,7 +17,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
 import zoo.cli
 import zoo.coco
 from zoo.cli import entry_point
@@ -36,10 +35,6 @@ from zoo.torch import (
 )
 
 from maskrcnn import DEFAULT_RECIPE, MODEL_DIR
-from maskrcnn.data import build_loader
-from maskrcnn.engine import evaluate, train_one_epoch
-from maskrcnn.model import load_backbone_state, model_from_recipe, prepare_for_speed
-from maskrcnn.step import TrainStep
 
 # The backbone weights --backbone NAME starts from are listed in this model's own registry.
 DEFAULT_REGISTRY = MODEL_DIR / "checkpoints.yaml"
@@ -70,6 +65,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def read_backbone(name_or_path: str, registry, recipe: dict) -> dict:
     """ResNet-50 trunk weights (a registry name or a file), checked to fit the recipe's model before a
     run writes anything; a UserError naming the file where they cannot be read or do not fit."""
+    from maskrcnn.model import load_backbone_state, model_from_recipe
+
     return zoo.coco.load_backbone(
         name_or_path, registry, lambda weights: load_backbone_state(model_from_recipe(recipe, 2), weights)
     )
@@ -125,6 +122,8 @@ def train(a: argparse.Namespace) -> dict:
 def build_loaders(a, recipe: dict, run, root: Path, env, state) -> tuple:
     """(train loader, val loader, optimizer steps per epoch) of ``a``'s splits, checked against each
     other and against ``state`` (a checkpoint to continue, or None)."""
+    from maskrcnn.data import build_loader
+
     seed_everything(run.seed)
     shards = {"workers": recipe["data"]["workers"], "world_size": env.world_size, "rank": env.rank}
     train_paths = zoo.coco.split_paths(root, a.train_split)
@@ -151,7 +150,12 @@ def build_loaders(a, recipe: dict, run, root: Path, env, state) -> tuple:
 def train_run(a, recipe: dict, run, loaders, env, device, state, mlperf, backbone_state=None) -> dict:
     """The run itself, inside ``mlperf``'s init_start ... run_stop, over ``loaders`` (:func:`build_loaders`);
     ``state`` a checkpoint to continue, ``backbone_state`` trunk weights to start from (:func:`read_backbone`)."""
+    import torch
     from zoo.log import MetricsLogger
+
+    from maskrcnn.engine import evaluate, train_one_epoch
+    from maskrcnn.model import load_backbone_state, model_from_recipe, prepare_for_speed
+    from maskrcnn.step import TrainStep
 
     train_loader, val_loader, steps_per_epoch = loaders
     dataset = train_loader.dataset

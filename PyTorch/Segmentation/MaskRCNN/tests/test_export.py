@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from maskrcnn.export import OUTPUTS, SingleImageModel, write_repository
-from maskrcnn.model import build_model
+from maskrcnn.export import OUTPUTS, write_repository
+from maskrcnn.model import SingleImageModel, build_model
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import pathlib
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
 from zoo.bench import measure, write_report
 from zoo.cli import entry_point
@@ -24,9 +24,9 @@ from zoo.recipe import run_config
 from zoo.torch import autocast, grad_scaler
 
 from unet3d import DEFAULT_RECIPE
-from unet3d.inference import segment_volume
-from unet3d.model import level_channels
-from unet3d.step import build_train_step, patch_shape
+
+if TYPE_CHECKING:
+    import torch
 
 MODELS = ("ours", "monai")
 
@@ -34,6 +34,8 @@ MODELS = ("ours", "monai")
 def monai_unet(recipe: dict) -> torch.nn.Module:
     """MONAI's DynUNet with our depth, widths, kernels and strides (instance norm, the MLPerf layout)."""
     from monai.networks.nets import DynUNet
+
+    from unet3d.model import level_channels
 
     levels, width = int(recipe["model"]["levels"]), int(recipe["model"]["width"])
     filters = [*level_channels(width, levels), level_channels(width, levels)[-1]]
@@ -46,6 +48,7 @@ def monai_unet(recipe: dict) -> torch.nn.Module:
 
 def monai_train_step(model, recipe: dict, device):
     """One MONAI-style training step: eager, autocast, monai.losses.DiceCELoss, SGD with Nesterov momentum."""
+    import torch
     from monai.losses import DiceCELoss
 
     precision = run_config(recipe).precision
@@ -68,6 +71,11 @@ def monai_train_step(model, recipe: dict, device):
 
 
 def run(args) -> list[dict]:
+    import torch
+
+    from unet3d.inference import segment_volume
+    from unet3d.step import build_train_step, patch_shape
+
     recipe = zoo.cli.recipe_from_args(args)
     run_cfg = run_config(recipe)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -123,6 +131,9 @@ def main(argv=None) -> None:
     p.add_argument("--device", default=None)
     p.add_argument("--output", default=None, help="write the JSON report here")
     args = zoo.cli.parse_args(p, argv)
+
+    import torch
+
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     if not args.models or set(args.models) - set(MODELS):
         raise UserError(f"--models takes a comma list of {', '.join(MODELS)}")

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from zoo.cli import entry_point, parse_args
 from zoo.errors import UserError
 from zoo.triton.client import TritonClient, serve_or_connect
 from zoo.triton.load import add_load_args, run_load_mode
 from zoo.triton.repository import parse_pbtxt
 
-from unet3d.data import load_cases
 from unet3d.export import INPUT_NAME, OUTPUT_NAME
-from unet3d.inference import PADDING_VALUE, segment_volume
-from unet3d.losses import dice_scores
+
+if TYPE_CHECKING:
+    import torch
 
 
 def served_settings(repository, model: str) -> tuple[tuple, float]:
@@ -43,6 +43,11 @@ def served_settings(repository, model: str) -> tuple[tuple, float]:
 
 def served_dice(url: str, model: str, cases: dict, patch, overlap: float, protocol: str = "http") -> dict:
     """Mean Dice of ``cases`` segmented by the served model (windows batched by the sliding window)."""
+    import torch
+
+    from unet3d.inference import segment_volume
+    from unet3d.losses import dice_scores
+
     client = TritonClient(url, protocol=protocol)
 
     def ask(windows: torch.Tensor) -> torch.Tensor:
@@ -62,6 +67,8 @@ def served_dice(url: str, model: str, cases: dict, patch, overlap: float, protoc
 
 def load_windows(cases: dict, patch) -> list[dict]:
     """One-window requests of the held-out volumes: the centre and the first corner of each."""
+    from unet3d.inference import PADDING_VALUE
+
     requests = []
     for name in sorted(cases):
         image = np.asarray(cases[name][0], dtype=np.float32)
@@ -90,6 +97,9 @@ def main(argv=None) -> None:
     p.add_argument("--server-log", default=None, help="keep tritonserver's log in this file")
     add_load_args(p)
     args = parse_args(p, argv)
+
+    from unet3d.data import load_cases
+
     patch, overlap = served_settings(args.repository, args.model)
     cases = load_cases(args.data_dir)["val"]
     with serve_or_connect(

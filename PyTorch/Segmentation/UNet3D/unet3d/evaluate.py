@@ -13,7 +13,6 @@ import argparse
 import json
 import pathlib
 
-import torch
 import zoo.cli
 from zoo.cli import entry_point
 from zoo.errors import UserError
@@ -21,10 +20,6 @@ from zoo.io import atomic_write
 from zoo.recipe import run_config
 
 from unet3d import DEFAULT_RECIPE
-from unet3d.checkpoints import checkpoint_recipe, trained_model
-from unet3d.data import load_cases, synthetic_split
-from unet3d.engine import evaluate
-from unet3d.step import patch_shape
 from unet3d.synthetic import synthetic_cases
 
 
@@ -40,6 +35,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def evaluation_cases(recipe: dict, data_dir, synthetic: bool) -> dict:
     """The held-out cases: dataset.json's val split, or the synthetic recipe's."""
+    from unet3d.data import load_cases, synthetic_split
+    from unet3d.step import patch_shape
+
     if synthetic:
         data = recipe["data"]
         made = synthetic_cases(
@@ -53,6 +51,12 @@ def evaluation_cases(recipe: dict, data_dir, synthetic: bool) -> dict:
 
 
 def score(args) -> dict:
+    import torch
+
+    from unet3d.checkpoints import checkpoint_recipe, trained_model
+    from unet3d.engine import evaluate
+    from unet3d.step import patch_shape
+
     recipe = zoo.cli.recipe_from_args(args, saved=checkpoint_recipe(args.checkpoint))
     precision = run_config(recipe).precision
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -18,8 +18,8 @@ import argparse
 import json
 import pathlib
 import tempfile
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
 from zoo.cli import entry_point
 from zoo.errors import UserError
@@ -32,8 +32,9 @@ from zoo.triton.repository import (
 )
 
 from unet3d import DEFAULT_RECIPE
-from unet3d.checkpoints import trained_model
-from unet3d.step import patch_shape
+
+if TYPE_CHECKING:
+    import torch
 
 INPUT_NAME, OUTPUT_NAME = "windows", "logits"
 MODELS = ("onnx", "python")
@@ -41,6 +42,8 @@ MODELS = ("onnx", "python")
 
 def export_onnx(model: torch.nn.Module, path, patch, opset: int = 17) -> pathlib.Path:
     """``model`` as ONNX with a dynamic batch of windows, tensors ``windows`` / ``logits``."""
+    import torch
+
     example = torch.randn(1, 1, *patch)
     with torch.no_grad():
         torch.onnx.export(
@@ -102,6 +105,10 @@ def main(argv=None) -> None:
     p.add_argument("--instance-kind", choices=("KIND_GPU", "KIND_CPU"), default="KIND_GPU")
     p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = zoo.cli.parse_args(p, argv)
+
+    from unet3d.checkpoints import trained_model
+    from unet3d.step import patch_shape
+
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:

@@ -14,18 +14,13 @@ import argparse
 import pathlib
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 import zoo.cli
 from zoo.cli import entry_point
 from zoo.io import atomic_write
 from zoo.recipe import run_config
 
 from unet3d import DEFAULT_RECIPE
-from unet3d.checkpoints import trained_model
-from unet3d.inference import segment_volume
 from unet3d.kits19 import TARGET_SPACING, load_nifti, normalize, resample
-from unet3d.step import patch_shape
 
 COLOURS = {1: (0.1, 0.8, 0.2), 2: (0.9, 0.2, 0.1)}  # kidney green, tumour red
 
@@ -34,6 +29,11 @@ def segment_file(
     model, path, patch, precision: str, device, overlap: float = 0.5
 ) -> tuple[np.ndarray, np.ndarray]:
     """(image as read, labels on the image's grid, uint8) of the NIfTI file ``path``."""
+    import torch
+    import torch.nn.functional as F
+
+    from unet3d.inference import segment_volume
+
     image, spacing = load_nifti(path, "image")
     prepared, _ = resample(image, np.zeros(image.shape, np.uint8), spacing, TARGET_SPACING)
     volume = torch.from_numpy(normalize(prepared))[None, None].to(device)
@@ -97,6 +97,12 @@ def main(argv=None) -> None:
     p.add_argument("--png", default=None, help="PNG of slices to write (default: beside --output)")
     p.add_argument("--device", default=None, help="cuda / cpu (default: cuda if available)")
     args = zoo.cli.parse_args(p, argv)
+
+    import torch
+
+    from unet3d.checkpoints import trained_model
+    from unet3d.step import patch_shape
+
     recipe = zoo.cli.recipe_from_args(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, recipe = trained_model(recipe, args.checkpoint, args.pretrained)

@@ -18,8 +18,8 @@ import math
 import os
 import pathlib
 import sys
+from typing import TYPE_CHECKING
 
-import torch
 import zoo.cli
 from zoo.cli import entry_point
 from zoo.dist import get_dist_env
@@ -42,11 +42,11 @@ from zoo.torch import (
 )
 
 from unet3d import DEFAULT_RECIPE
-from unet3d.checkpoints import load_model_state
-from unet3d.data import PatchLoader, load_cases, synthetic_split
-from unet3d.engine import Throughput, TrainState, evaluate, train_one_epoch
-from unet3d.step import build_model, build_train_step, lr_schedule, patch_shape, recipe_levers
 from unet3d.synthetic import synthetic_cases
+
+if TYPE_CHECKING:
+    from unet3d.data import PatchLoader
+    from unet3d.engine import TrainState
 
 MLPERF_BENCHMARK = "unet3d"
 STATE_FIELDS = (*TRAINING_STATE_FIELDS, "scheduler", "scaler", "step_in_epoch", "best")
@@ -126,6 +126,9 @@ def run_length(run: RunConfig, steps_per_epoch: int) -> tuple[int, int]:
 
 def training_cases(recipe: dict, args) -> dict:
     """{"train": ..., "val": ...}: the prepared folder's cases, or synthetic ones (--synthetic)."""
+    from unet3d.data import load_cases, synthetic_split
+    from unet3d.step import patch_shape
+
     data_cfg = recipe["data"]
     if args.synthetic:
         shape = tuple(data_cfg["synthetic_shape"])
@@ -166,6 +169,8 @@ def log_run_settings(
     mlperf: MLPerfLogger, recipe: dict, patches: PatchLoader, val_cases: dict, world_size: int
 ) -> None:
     """The MLPerf keys of the run's settings (the closed unet3d rules' list)."""
+    from unet3d.step import patch_shape
+
     run, optimizer = run_config(recipe), recipe["optimizer"]
     patch = list(patch_shape(recipe))
     mlperf.seed(run.seed)
@@ -203,6 +208,13 @@ def evaluation_due(recipe: dict, run: RunConfig, epoch: int, last: bool) -> bool
 def train(args) -> dict:
     """Build the run, resume, train epoch by epoch, evaluate, checkpoint, stop at the target; returns the
     last evaluation's metrics, the best Dice and the trained model."""
+    import torch
+
+    from unet3d.checkpoints import load_model_state
+    from unet3d.data import PatchLoader
+    from unet3d.engine import Throughput, TrainState, evaluate, train_one_epoch
+    from unet3d.step import build_model, build_train_step, lr_schedule, patch_shape, recipe_levers
+
     recipe = build_recipe(args)
     run = run_config(recipe, args.recipe)
     if run.eval_every is not None and run.eval_every.unit != "epochs":

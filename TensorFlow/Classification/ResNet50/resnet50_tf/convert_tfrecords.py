@@ -21,8 +21,6 @@ from pathlib import Path
 from zoo.cli import entry_point, parse_args
 from zoo.errors import UserError, one_line
 
-from resnet50_tf.tfrecords import verify_dataset
-
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp"}
 
 
@@ -97,6 +95,8 @@ def write_shard(out_path: str, items: list[tuple[str, int]], classes: list[str])
 
 def convert(src: Path, out: Path, train_shards: int, val_shards: int, workers: int, seed: int = 0) -> dict:
     import random
+
+    from resnet50_tf.tfrecords import verify_dataset
 
     train_dir, val_dir = src / "train", src / "val"
     for d in (train_dir, val_dir):
