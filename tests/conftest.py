@@ -18,15 +18,23 @@ def pytest_collection_finish(session):
     """Model suites and README quick starts start now, beside the checks that run before them."""
     if session.config.option.collectonly:
         return
-    import test_model_suites
-
-    test_model_suites.start(session.items)
+    for module in _suite_modules(session):
+        module.start(session.items)
 
 
 def pytest_sessionfinish(session):
-    import test_model_suites
+    for module in _suite_modules(session):
+        module.stop()
 
-    test_model_suites.stop()
+
+def _suite_modules(session) -> set:
+    """tests/test_model_suites.py as pytest imported it (its name depends on the rootdir: importing it
+    here by name could give a second copy whose jobs no test waits for)."""
+    return {
+        item.module
+        for item in session.items
+        if item.module.__name__.rsplit(".", 1)[-1] == "test_model_suites"
+    }
 
 
 def pytest_terminal_summary(terminalreporter):
