@@ -198,3 +198,20 @@ def test_sigterm_runs_the_cleanup_and_ends_in_one_line(tmp_path):
     )
     assert "Traceback" not in err
     assert not (tmp_path / "scratch.tmp").exists()  # the finally block ran
+
+
+def test_an_entry_point_called_in_process_leaves_sigterm_as_it_found_it():
+    import signal
+
+    from zoo.cli import entry_point
+
+    seen = []
+
+    @entry_point
+    def main():
+        seen.append(signal.getsignal(signal.SIGTERM))
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    main()
+    assert seen[0] is not signal.SIG_DFL  # SIGTERM raised Terminated while main ran
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

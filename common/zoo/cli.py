@@ -241,7 +241,7 @@ def entry_point(main):
 
     @functools.wraps(main)
     def run(*args, **kwargs):
-        _raise_on_sigterm()
+        installed = _raise_on_sigterm()
         try:
             return main(*args, **kwargs)
         except UserError as error:
@@ -261,6 +261,11 @@ def entry_point(main):
                 flush=True,
             )
             raise SystemExit(143) from None  # 128 + SIGTERM
+        finally:
+            if installed:  # main called in-process (a test, another script) leaves SIGTERM as it found it
+                import signal
+
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     return run
 
@@ -270,17 +275,17 @@ class Terminated(BaseException):
     is, so that ``except Exception`` blocks let it through."""
 
 
-def _raise_on_sigterm() -> None:
+def _raise_on_sigterm() -> bool:
     """Make SIGTERM raise :class:`Terminated` in this process's main thread. Processes forked later
     (data-loader workers, a background scorer) keep the default action: the handler re-sends the signal
-    there after restoring it."""
+    there after restoring it. Returns whether the handler was installed (the default action was set)."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
-        return
+        return False
     if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
-        return  # the program set its own
+        return False  # the program set its own
     owner = os.getpid()
 
     def handler(signum, frame):
@@ -291,3 +296,4 @@ def _raise_on_sigterm() -> None:
         raise Terminated()
 
     signal.signal(signal.SIGTERM, handler)
+    return True

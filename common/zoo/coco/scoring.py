@@ -227,7 +227,8 @@ class Evaluation:
         wanted = {name: value for name, value in self.targets.items() if value is not None}
         if wanted and all(reached(name, scores[name], value) for name, value in wanted.items()):
             self._reached = True
-        self._keep_best(epoch, step, scores.get(self.run.target.metric))
+        if self.checkpoint is not None:
+            self._keep_best(epoch, step, scores.get(self.run.target.metric))
 
     def _keep_best(self, epoch: int, step: int, value) -> None:
         """best.pt: the checkpoint of ``epoch`` when its score beats every earlier one (zoo.retention)."""
@@ -235,7 +236,7 @@ class Evaluation:
 
         from zoo.retention import improves, mark_best, numbered_name
 
-        if self.checkpoint is None or not improves(self.run.target.metric, value, self._best):
+        if not improves(self.run.target.metric, value, self._best):
             return
         self._best = value
         checkpoint = pathlib.Path(self.checkpoint)
