@@ -268,7 +268,10 @@ def test_pretrained_bad_zip_is_not_cached(tmp_path, http_root):
     (root / "html-0ecdba34.zip").write_text("<!DOCTYPE html><html><body>Access denied</body></html>")
     (root / "cut-0ecdba34.zip").write_bytes(b"PK\x03\x04" + b"\0" * 64)  # a zip's first bytes, then nothing
     cache = tmp_path / "cache"
-    for name, message in (("html", "not a zip archive but an HTML page"), ("cut", "a zip cut short or damaged")):
+    for name, message in (
+        ("html", "not a zip archive but an HTML page"),
+        ("cut", "a zip cut short or damaged"),
+    ):
         with pytest.raises(UserError) as e:
             fetch_pretrained("digits_v1b", cache, _registry(tmp_path, f"{base}/{name}-0ecdba34.zip"))
         assert message in one_line(e) and "\n" not in str(e.value)
