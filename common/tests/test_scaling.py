@@ -39,6 +39,9 @@ def test_two_processes_against_one_in_the_same_call(tmp_path):
     assert rows[0]["scaling"] == pytest.approx(1.0)
     assert rows[1]["scaling"] == pytest.approx(rows[1]["throughput"] / (2 * rows[0]["throughput"]))
     assert all(len(row["window_seconds"]) == 2 and min(row["window_seconds"]) >= 0.3 for row in rows)
+    progress = [line for line in done.stderr.splitlines() if line.startswith("== ") and "first step" in line]
+    assert [line.split(" GPU(s): ")[0] for line in progress] == ["== 1", "== 2"]  # each count as it ends
+    assert f"{rows[1]['throughput']:,.1f}" in progress[1]
     table = done.stdout
     assert "scaling" in table and "scripts/benchmark.sh --gpus 2" in table and "equal" in table
 

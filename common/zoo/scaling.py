@@ -142,6 +142,7 @@ def launch_counts(argv: list[str], args, module: str) -> list[dict]:
             ]
             env = {**os.environ, "PYTHON": sys.executable, "RDZV_ENDPOINT": f"127.0.0.1:{_free_port()}"}
             print(f"== {gpus} GPU(s): {module}", file=sys.stderr, flush=True)
+            launched = time.monotonic()
             try:
                 code = subprocess.run(command, env=env, timeout=args.run_timeout).returncode
             except subprocess.TimeoutExpired:
@@ -150,6 +151,12 @@ def launch_counts(argv: list[str], args, module: str) -> list[dict]:
                 print(f"== {gpus} GPU(s) failed ({code})", file=sys.stderr, flush=True)
                 continue
             rows.append(json.loads(report.read_text()))
+            print(  # as each count ends: a long call cut short still shows the counts it measured
+                f"== {gpus} GPU(s): {rows[-1]['throughput']:,.1f} {rows[-1]['unit']}, first step "
+                f"{rows[-1]['first_step_s']:.0f} s, {time.monotonic() - launched:.0f} s in all",
+                file=sys.stderr,
+                flush=True,
+            )
     if not rows:
         raise UserError("--gpus: no launch finished")
     single = next((r["throughput"] for r in rows if r["gpus"] == 1), None)
