@@ -27,11 +27,23 @@ def venv_bin(model_dir: Path) -> Path:
 
 def model_env(model_dir: Path) -> dict[str, str]:
     """The environment a user has after `make setup`: the framework's venv first on PATH."""
-    env = dict(os.environ)
+    env = _environment()
+    env.pop("PYTEST_CURRENT_TEST", None)
     env["PATH"] = f"{venv_bin(model_dir)}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def _environment() -> dict[str, str]:
+    """A copy of os.environ, taken from a worker thread while pytest's main thread sets and removes
+    PYTEST_CURRENT_TEST in it: a copy that meets such a change (KeyError, RuntimeError) is taken again."""
+    for _ in range(100):
+        try:
+            return dict(os.environ)
+        except (KeyError, RuntimeError):
+            continue
+    return dict(os.environ)
 
 
 def model_id(model_dir: Path) -> str:
