@@ -11,6 +11,10 @@ Every JSON line is an object with ``time`` (Unix seconds), ``step``, ``phase``, 
 Phases and metric names are the vocabulary's (``zoo.metrics``): ``train`` or ``eval``, and a listed name,
 whose unit the logger fills in (``throughput`` takes its unit from ``units``); anything else is a
 ValueError, so every model's metrics.jsonl speaks the same language.
+When a training run's logger closes (a ``train`` reading went into a ``metrics.jsonl``; not on an
+exception), it prints the run's summary on its stream, so on the rank that logs: the best quality metric
+and where, wall time, steady throughput and the outputs (``zoo.results.end_of_run``; the same row for
+many runs: ``python -m zoo.results DIR ...``).
 MLPerf events are not this logger's: ``zoo.mlperf.MLPerfLogger`` writes them through
 ``mlperf_logging.mllog``.
 
@@ -32,6 +36,7 @@ import time
 from zoo.metrics import check_phase, units_for
 
 _TENSORBOARD_DIR = "tensorboard"
+_METRICS_FILE = "metrics.jsonl"  # the name zoo.results reads a results directory's records from
 _tensorboard_notice_printed = False  # the missing-package notice is printed once per process
 
 
@@ -54,6 +59,8 @@ class MetricsLogger:
         # Resolved per logger, not at import: a replaced sys.stderr (pytest, notebooks) is honoured.
         self.stream = stream = sys.stderr if stream is None else stream
         self._file = None
+        self._results_dir = None  # where metrics.jsonl is: close() prints the run's summary of it
+        self._trained = False  # a training reading was logged: this logger's run is a training run
         self._tensorboard_dir = None
         self._tensorboard = None  # the event-file writer, opened at the first log()
         self._bar_open = False  # a progress line without its newline is on the stream
@@ -66,6 +73,8 @@ class MetricsLogger:
         if path is not None:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             self._file = open(path, "a", buffering=1)
+            if os.path.basename(path) == _METRICS_FILE:
+                self._results_dir = os.path.dirname(str(path)) or "."
             if tensorboard:
                 self._tensorboard_dir = os.path.join(os.path.dirname(os.path.abspath(path)), _TENSORBOARD_DIR)
         self._tty = hasattr(stream, "isatty") and stream.isatty()
@@ -80,6 +89,7 @@ class MetricsLogger:
             return
         metrics = {k: _number(v) for k, v in metrics.items()}
         now = time.time()
+        self._trained = self._trained or phase == "train"
         self._write_json({"time": now, "step": step, "phase": phase, "metrics": metrics, "units": units})
         self._write_scalars(now, step, phase, metrics)
         of = f"/{self.total_steps}" if self.total_steps and phase == "train" else ""
@@ -114,7 +124,11 @@ class MetricsLogger:
         else:
             self._print_line(line)
 
-    def close(self) -> None:
+    def close(self, *, summary: bool = True) -> None:
+        """Close the files. A training run's logger (a ``train`` reading logged into a metrics.jsonl) then
+        prints the run's summary (``zoo.results.end_of_run``: best metric and where, wall time, steady
+        throughput, the outputs) once; ``summary=False``, or leaving a ``with`` block on an exception, skips it."""
+        summarize = summary and self._file is not None and self._trained and self._results_dir is not None
         if self._tensorboard is not None:
             self._tensorboard.close()
             self._tensorboard = None
@@ -124,12 +138,16 @@ class MetricsLogger:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if summarize:
+            from zoo.results import end_of_run
+
+            end_of_run(self._results_dir, self.stream)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self.close(summary=exc_type is None)
 
     def _bar(self, step: int, metrics: dict) -> str:
         total = self.total_steps
