@@ -125,7 +125,8 @@ def main(argv=None) -> dict:
             sync=sync,
         )
         rows.append({"peer": peer, "batch": run.batch_per_gpu, "precision": run.precision, **summary})
-        print(f"{peer}: {summary['throughput']:.1f} utt/s", flush=True)  # the plain peer takes minutes on a GPU
+        # each peer as it ends: the plain one takes minutes on a GPU
+        print(f"{peer}: {summary['throughput']:.1f} utt/s", flush=True)
     ratio = rows[0]["throughput"] / rows[1]["throughput"] if len(rows) == 2 else None
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     command = "scripts/benchmark.sh " + " ".join(argv if argv is not None else __import__("sys").argv[1:])
