@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -132,15 +133,21 @@ class SuiteRunner:
         with self.lock:
             if self.closed:
                 return Suite(-1, "", "not run: the session stopped", 0.0)
-            proc = subprocess.Popen(
-                command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            proc = subprocess.Popen(  # its own process group: a kill reaches the trainings it started
+                command,
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
             )
             self.running.add(proc)
         try:
             stdout, stderr = proc.communicate(timeout=seconds)
             returncode = proc.returncode
         except subprocess.TimeoutExpired:
-            proc.kill()
+            kill_group(proc)
             stdout, stderr = proc.communicate()
             returncode = None
         finally:
@@ -152,10 +159,18 @@ class SuiteRunner:
         with self.lock:
             self.closed = True
             for proc in self.running:
-                proc.kill()
+                kill_group(proc)
         with self.free:
             self.free.notify_all()
         self.pool.shutdown(cancel_futures=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the job and every process it started (they share its process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 RUNNER: SuiteRunner | None = None
@@ -180,8 +195,17 @@ def start(items) -> None:
     missing = [model_id(d) for _, d in selected if not (venv_bin(d) / "python").exists()]
     assert not missing, f"no venv for {missing}: run `make setup`"
     RUNNER = SuiteRunner(slots=1)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
     kinds = {"test_model_suite": RUNNER.suite, "test_readme_quick_start": RUNNER.quick_start}
     JOBS.update({(name, model_id(d)): RUNNER.submit(kinds[name], d) for name, d in selected})
+
+
+def _stop_on_sigterm(signum, frame) -> None:
+    """A terminated session (CI's limit, kill) takes its running suites and their trainings with it."""
+    stop()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def stop() -> None:
