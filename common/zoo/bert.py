@@ -408,14 +408,13 @@ def questions_of(path) -> list:
 
 
 def ask_triton(args) -> dict:
-    """``deploy_parser``'s command: serve ``--model`` of the repository with a local tritonserver (or use
-    ``--url``), ask the questions (windowed and decoded on this side, zoo.data.squad), print each answer as
-    a JSON line and the latency, or, with ``--concurrency``, the load table. Returns {"answers",
-    "latency_ms_p50", "latency_ms_p99"} or {"load": rows}."""
+    """``deploy_parser``'s command: serve ``--model`` (a local tritonserver, or ``--url``), ask the questions
+    (windowed and decoded here, zoo.data.squad), print and return each answer, the latency and, where the
+    SQuAD file gives answers, their exact match and F1 (``score_asked``); with ``--concurrency``, the load table."""
     import json
 
     from zoo.bench import percentiles
-    from zoo.data.squad import Example, answer_through_triton, make_features, request_inputs
+    from zoo.data.squad import Example, answer_through_triton, make_features, request_inputs, score_asked
     from zoo.data.wordpiece import load_tokenizer
     from zoo.triton.client import serve_or_connect
     from zoo.triton.load import run_load_mode
@@ -443,4 +442,9 @@ def ask_triton(args) -> dict:
         print(json.dumps({"id": example.qid, "question": example.question, "answer": answers[example.qid]}))
     stats = percentiles(latencies, (50, 99))
     print(f"{len(latencies)} requests, latency p50 {stats['p50']:.1f} ms, p99 {stats['p99']:.1f} ms")
-    return {"answers": answers, "latency_ms_p50": stats["p50"], "latency_ms_p99": stats["p99"]}
+    result = {"answers": answers, "latency_ms_p50": stats["p50"], "latency_ms_p99": stats["p99"]}
+    if args.squad_file and (scores := score_asked(args.squad_file, answers)):  # the file gives answers
+        print(f"served answers against the file's: exact match {scores['exact_match']:.2f}%, "
+              f"F1 {scores['f1']:.2f}% over {scores['questions']} questions")  # fmt: skip
+        result.update(scores)
+    return result

@@ -69,3 +69,15 @@ def inference_model(
     for parameter in network.parameters():
         parameter.requires_grad_(False)
     return InferenceModel(network, dtype, channels_last).eval()
+
+
+def checkpoint_classes(path) -> list[str] | None:
+    """The class names a training checkpoint of ours carries (its ``classes`` field: the class folders of
+    the data it was trained on, e.g. ImageNet's 1000 synsets), for the export's Triton labels; None for a
+    checkpoint without them (a synthetic-data run) or another file (published weights)."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # the export's own read of the weights names what is wrong with the file
+        return None
+    classes = saved.get("classes") if isinstance(saved, dict) else None
+    return [str(name) for name in classes] if classes else None

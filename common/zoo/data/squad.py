@@ -74,6 +74,22 @@ def evaluate_predictions(dataset: list[dict], predictions: dict[str, str]) -> di
     return {"exact_match": 100.0 * em / total, "f1": 100.0 * f1 / total}
 
 
+def score_asked(path, answers: dict[str, str]) -> dict | None:
+    """{"exact_match", "f1" (percent, ``evaluate_predictions``: the official scoring evaluate.sh uses),
+    "questions"} of ``answers`` {question id: text} over the questions of the SQuAD file at ``path`` that
+    were asked (a deploy's ``--limit``) and come with answers; None where none does (questions only)."""
+    asked = [
+        {"paragraphs": [{"qas": qas}]}
+        for article in load_squad_json(path)
+        for paragraph in article["paragraphs"]
+        if (qas := [qa for qa in paragraph["qas"] if qa["id"] in answers and qa.get("answers")])
+    ]
+    if not asked:
+        return None
+    questions = sum(len(article["paragraphs"][0]["qas"]) for article in asked)
+    return {**evaluate_predictions(asked, answers), "questions": questions}
+
+
 # --- examples and features -------------------------------------------------------------------
 
 

@@ -218,6 +218,9 @@ def main(argv=None):
     p.add_argument("--url", help="query a running server at host:port instead of starting one")
     p.add_argument("--http-port", type=int, help="port for the started server (default: a free one)")
     p.add_argument("--python-env", help="venv running python-backend models (default: this one)")
+    p.add_argument(
+        "--labels", help="class names, one a line in label order (default: the model's labels.txt)"
+    )
     add_load_args(p)
     args = p.parse_args(argv)
     for flag in ("image_size", "num_images", "batch_size"):
@@ -245,12 +248,12 @@ def main(argv=None):
             }
         logits, latencies = classify(url, args.model, images, args.batch_size)
     from zoo.bench import percentiles
+    from zoo.triton.labels import label_of, read_labels
 
     predictions = logits.argmax(axis=1)
-    names = _labels(Path(args.model_repository) / args.model)
+    names = read_labels(args.model_repository, args.model, labels_file=args.labels)
     for i in range(min(10, len(predictions))):
-        shown = names[predictions[i]] if names else predictions[i]
-        print(f"image {i}: predicted {shown} (label {names[labels[i]] if names else labels[i]})")
+        print(f"image {i}: predicted {label_of(names, predictions[i])} (label {label_of(names, labels[i])})")
     result = {
         "model": args.model,
         "images": int(len(images)),
@@ -274,11 +277,6 @@ def _config_image_size(config: Path) -> int:
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"{config} is not a model configuration written by export_triton.sh") from None
     return dims[2] if len(dims) >= 3 else 224
-
-
-def _labels(model_dir: Path) -> list[str] | None:
-    path = model_dir / "1" / "labels.txt"
-    return path.read_text().split() if path.is_file() else None
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def write_repository(spec: dict) -> list:
     """``spec``: repository, onnx (file), prefix, image_size, num_classes, max_batch_size, instance_kind,
     classes (optional list), force (optional). Writes <prefix>_onnx and <prefix>_python; returns their
     folders. A model the repository already holds is a UserError unless ``force`` (then it is replaced whole)."""
+    from zoo.triton.labels import labelled
     from zoo.triton.repository import (
         ONNX_PYTHON_MODEL,
         TensorSpec,
@@ -71,16 +72,19 @@ def write_repository(spec: dict) -> list:
         instance_kind="KIND_CPU",
         dynamic_batching=batching,
     )
-    extra = {}
-    if spec.get("classes"):
-        extra["labels.txt"] = ("\n".join(spec["classes"]) + "\n").encode()
+    # the class names: labels.txt beside each config.pbtxt, named as its output's label_filename
+    onnx_config, labels = labelled(onnx_config, spec.get("classes"))
+    python_config, _ = labelled(python_config, spec.get("classes"))
     folders = [
-        write_model(spec["repository"], onnx_config, {"model.onnx": spec["onnx"], **extra}, force=force),
+        write_model(
+            spec["repository"], onnx_config, {"model.onnx": spec["onnx"]}, force=force, beside_config=labels
+        ),
         write_model(
             spec["repository"],
             python_config,
-            {"model.py": ONNX_PYTHON_MODEL, "model.onnx": spec["onnx"], **extra},
+            {"model.py": ONNX_PYTHON_MODEL, "model.onnx": spec["onnx"]},
             force=force,
+            beside_config=labels,
         ),
     ]
     validate_repository(spec["repository"])

@@ -39,9 +39,9 @@ def test_repository_layout_and_configs(triton_repository):
     onnx_config = (triton_repository / "resnet50_mx_onnx" / "config.pbtxt").read_text()
     assert 'platform: "onnxruntime_onnx"' in onnx_config and "max_batch_size: 16" in onnx_config
     assert 'backend: "python"' in (triton_repository / "resnet50_mx_python" / "config.pbtxt").read_text()
-    assert (triton_repository / "resnet50_mx_python" / "1" / "labels.txt").read_text().split() == list(
-        "0123456789"
-    )
+    for name in ("resnet50_mx_onnx", "resnet50_mx_python"):  # the digits' class folders, Triton's labels
+        assert (triton_repository / name / "labels.txt").read_text().split() == list("0123456789")
+        assert 'label_filename: "labels.txt"' in (triton_repository / name / "config.pbtxt").read_text()
 
 
 @pytest.mark.skipif(not SERVER_PYTHON.is_file(), reason="zoo.triton's ModelConfig check needs .venv/pytorch")
@@ -74,13 +74,28 @@ def test_onnx_matches_gluon(triton_repository, gluon_reference):
 @pytest.mark.skipif(
     not SERVER_PYTHON.is_file(), reason="tritonserver comes from nvidia-pytriton in .venv/pytorch"
 )
-def test_triton_python_backend_gives_gluon_top1(triton_repository, gluon_reference):
-    images, _, logits = gluon_reference
+def test_triton_python_backend_gives_gluon_top1(
+    triton_repository, gluon_reference, digits_rec, tmp_path, capsys
+):
+    from resnet50_mx.deploy import main
+
+    images, labels, logits = gluon_reference
+    words = "zero one two three four five six seven eight nine".split()
+    (tmp_path / "words.txt").write_text("\n".join(words) + "\n")
+    args = ["--model-repository", str(triton_repository), "--data-dir", str(digits_rec), "--num-images", "4"]
     with serve(triton_repository, models=["resnet50_mx_python"]) as url:
         served, latencies = classify(url, "resnet50_mx_python", images, batch_size=8)
+        capsys.readouterr()
+        main([*args, "--url", url])  # the names of the export's labels.txt: the digits' folders
+        main([*args, "--url", url, "--labels", str(tmp_path / "words.txt")])
     assert len(latencies) == 4
     np.testing.assert_allclose(served, logits, rtol=1e-3, atol=1e-4)
     assert np.array_equal(served.argmax(1), logits.argmax(1))
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("image ")]
+    top1 = logits.argmax(1)
+    assert printed == [f"image {i}: predicted {top1[i]} (label {labels[i]})" for i in range(4)] + [
+        f"image {i}: predicted {words[top1[i]]} (label {words[labels[i]]})" for i in range(4)
+    ]
 
 
 @pytest.mark.skipif(

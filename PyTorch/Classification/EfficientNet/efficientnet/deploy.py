@@ -4,8 +4,9 @@
     python -m efficientnet.deploy --url 127.0.0.1:8000 --model efficientnet_onnx img.jpg   # a server already running
     python -m efficientnet.deploy --repository triton_repo --concurrency 1,4,16 --requests 256 img.jpg  # load
 
-Prints the top-k classes of every image and the served latency (p50/p90/p99 over the requests, sent
-one at a time over one connection). Load mode (--concurrency) sends the images' requests from that
+Prints the top-k class names of every image (the labels.txt the export wrote in the model's folder,
+or ``--labels FILE``; the indices where there are none) and the served latency (p50/p90/p99 over the
+requests, sent one at a time over one connection). Load mode (--concurrency) sends the images' requests from that
 many clients at once at each level and prints throughput, p50/p99 latency and errors per level; it
 exits non-zero if any request failed.
 """
@@ -17,7 +18,7 @@ import pathlib
 import time
 
 import numpy as np
-from zoo.bench import percentiles
+import zoo.cli
 from zoo.cli import entry_point
 
 
@@ -46,23 +47,6 @@ def preprocess(path, image_size: int) -> np.ndarray:
     return np.ascontiguousarray(array.transpose(2, 0, 1))
 
 
-def collect_images(paths: list[str]) -> list[pathlib.Path]:
-    from zoo.imagenet_loaders import IMAGE_EXTENSIONS, DataError
-
-    images = []
-    for item in paths:
-        path = pathlib.Path(item)
-        if path.is_dir():
-            images += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
-        elif path.is_file():
-            images.append(path)
-        else:
-            raise DataError(f"image or folder {path} does not exist")
-    if not images:
-        raise DataError(f"no images found in {', '.join(paths)}")
-    return images
-
-
 def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: int, protocol: str, top_k: int,
              class_names: list[str] | None = None, batch_size: int = 1):  # fmt: skip
     """[(path, [(class, score), ...])], latencies_ms: one request per ``batch_size`` images.
@@ -70,6 +54,7 @@ def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: in
     The tensor names come from the server (``images``/``logits``, or libtorch's ``INPUT__0``/``OUTPUT__0``),
     and so does the image size where ``image_size`` is None (the exported model's input).
     """
+    from zoo.classification.client import top_k as best_classes
     from zoo.triton.client import TritonClient
 
     predictions, latencies = [], []
@@ -82,7 +67,7 @@ def classify(url: str, model: str, images: list[pathlib.Path], *, image_size: in
             began = time.perf_counter()
             logits = client.infer(model, {input_name: batch}, [output_name])[output_name]
             latencies.append(1000 * (time.perf_counter() - began))
-            predictions += _top_k(chunk, logits, top_k, class_names)
+            predictions += best_classes(chunk, logits, top_k, class_names)
     return predictions, latencies
 
 
@@ -101,37 +86,6 @@ def load(url: str, model: str, images: list[pathlib.Path], args) -> list[dict]:
     return run_load_mode(url, model, batches, args, outputs=[output_name])
 
 
-def _top_k(chunk, logits, top_k, class_names):
-    """[(path, [(class, score), ...])] of each image of ``chunk`` from its logits row."""
-    predictions = []
-    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probs = shifted / shifted.sum(axis=1, keepdims=True)
-    for path, row in zip(chunk, probs, strict=True):
-        best = np.argsort(-row)[:top_k]
-        names = [class_names[i] if class_names else str(i) for i in best]
-        predictions.append((path, list(zip(names, row[best].tolist(), strict=True))))
-    return predictions
-
-
-def report(predictions, latencies, protocol: str, model: str, class_names: list[str] | None = None) -> None:
-    labelled = matched = 0
-    for path, top in predictions:
-        print(f"{path}: " + ", ".join(f"{name} ({score:.3f})" for name, score in top))
-        # Images inside a folder named after a class (data_dir/val/<class>/x.jpg) carry their label.
-        if class_names and path.parent.name in class_names:
-            labelled += 1
-            matched += top[0][0] == path.parent.name
-    if labelled:
-        print(
-            f"top-1 agrees with the folder label for {matched}/{labelled} images ({100 * matched / labelled:.1f}%)"
-        )
-    stats = percentiles(latencies)
-    print(
-        f"{model} over {protocol}: {len(latencies)} requests, latency p50 {stats['p50']:.1f} ms, "
-        f"p90 {stats['p90']:.1f} ms, p99 {stats['p99']:.1f} ms"
-    )
-
-
 @entry_point
 def main(argv=None) -> None:
     from zoo.triton.client import serve_or_connect
@@ -148,15 +102,20 @@ def main(argv=None) -> None:
     )
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=1, help="images per request")
-    p.add_argument("--classes", default=None, help="text file with one class name per line (label order)")
+    p.add_argument(
+        "--labels", default=None,
+        help="class names, one a line in the order of the logits (default: the labels.txt the export wrote)",
+    )  # fmt: skip
     p.add_argument("--server-log", default=None, help="write tritonserver's output here")
     add_load_args(p)
-    args = p.parse_args(argv)
+    args = zoo.cli.parse_args(p, argv, renamed={"--classes": "--labels"})
+    from zoo.classification.client import collect_images, report
     from zoo.imagenet_loaders import DataError, one_line  # after parsing: they load torch
+    from zoo.triton.labels import read_labels
 
     try:
         images = collect_images(args.images)
-        names = pathlib.Path(args.classes).read_text().split() if args.classes else None
+        names = read_labels(args.repository, args.model, labels_file=args.labels)
         kwargs = dict(image_size=args.image_size, protocol=args.protocol, top_k=args.top_k,
                       class_names=names, batch_size=args.batch_size)  # fmt: skip
 

@@ -17,6 +17,7 @@ from zoo.triton.repository import parse_pbtxt
 from zoo.triton.server import TritonServer
 
 SIZE = 32
+WORDS = "zero one two three four five six seven eight nine".split()  # the served model's class names
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +91,29 @@ def test_every_config_parses(repository):
 @pytest.fixture(scope="module")
 def python_repository(tmp_path_factory, model):
     repo = tmp_path_factory.mktemp("served")
-    export_repository(model, repo, image_size=SIZE, models=("python",), max_batch_size=8)
+    export_repository(model, repo, image_size=SIZE, models=("python",), max_batch_size=8, classes=WORDS)
     return repo
 
 
-def test_tritonserver_serves_python_backend_same_top1(tmp_path, model, images, python_repository):
+def test_tritonserver_serves_python_backend_same_top1(tmp_path, model, images, python_repository, capsys):
     with torch.no_grad():
         expected = model(images).numpy()
+    from efficientnet.deploy import main, preprocess
+    from PIL import Image
+
+    paths = []
+    for i, colour in enumerate([(200, 30, 20), (20, 200, 30), (30, 20, 200)]):
+        paths.append(tmp_path / f"{i}.png")
+        Image.new("RGB", (40, 48), colour).save(paths[-1])
+    with torch.no_grad():
+        served_top1 = model(torch.from_numpy(np.stack([preprocess(p, SIZE) for p in paths]))).argmax(1)
     with TritonServer(python_repository, log_path=tmp_path / "server.log") as server:
+        capsys.readouterr()
+        # the deploy client names each answer from the labels.txt the export wrote (or --labels FILE)
+        (tmp_path / "upper.txt").write_text("\n".join(w.upper() for w in WORDS))
+        for labels in ([], ["--labels", str(tmp_path / "upper.txt")]):
+            main(["--url", server.grpc_url, "--protocol", "grpc", "--repository", str(python_repository),
+                  "--image-size", str(SIZE), "--top-k", "2", *labels, *map(str, paths)])  # fmt: skip
         for protocol, url in (("http", server.http_url), ("grpc", server.grpc_url)):
             logits = infer(
                 url, "efficientnet_python", {"images": images.numpy()}, ["logits"], protocol=protocol
@@ -106,6 +122,10 @@ def test_tritonserver_serves_python_backend_same_top1(tmp_path, model, images, p
             assert got.shape == (3, 10)
             assert (got.argmax(1) == expected.argmax(1)).all(), protocol
             np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-4)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.endswith(")") and ": " in line]
+    top1 = [line.split(": ")[1].split(" (")[0] for line in printed]
+    assert top1 == [WORDS[k] for k in served_top1] + [WORDS[k].upper() for k in served_top1], printed
+    assert all(len(line.split("), ")) == 2 for line in printed)  # --top-k 2: two names and scores each
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM])  # SIGINT takes the same path (zoo.triton.server)

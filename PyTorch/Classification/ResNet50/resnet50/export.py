@@ -7,7 +7,8 @@ benchmark.py times): BatchNorm folded into the convolutions, weights in ``--amp`
 fp16 or bf16 outright, cast at the edges), so the input stays FP32 [3,H,W] normalised images and
 the output FP32 logits [classes] whatever the precision inside. The batch dimension is dynamic;
 Triton's dynamic batcher forms the batches. Each config.pbtxt records the precision as the
-``precision`` parameter. Models written:
+``precision`` parameter; a training checkpoint's class names (its data's class folders) go in each
+model's ``labels.txt``, named as the output's Triton ``label_filename``, for the deploy client. Models written:
 
 - ``resnet50_libtorch``: platform pytorch_libtorch, model.pt (traced TorchScript), tensors named
   ``INPUT__0`` / ``OUTPUT__0`` as that backend expects;
@@ -144,15 +145,18 @@ def export_repository(
     preprocessing=None,
     amp: str = "fp32",
     force: bool = False,
+    classes: list[str] | None = None,
 ) -> dict[str, pathlib.Path]:
     """Write the chosen models of the trained network ``model`` into ``repository``: each file holds
     ``inference_model(model, amp=amp)``. Returns {model name: its folder}.
 
     ``preprocessing`` (a zoo.checkpoints.Preprocessing) sets the input size (its crop) and is
-    recorded in each config.pbtxt as ``preprocessing_*`` parameters for clients. A model the repository
-    already holds is a UserError unless ``force`` (then its folder is replaced whole).
+    recorded in each config.pbtxt as ``preprocessing_*`` parameters for clients; ``classes`` (the
+    checkpoint's class names) go in each model's labels.txt, its output's Triton labels (zoo.triton.labels).
+    A model the repository already holds is a UserError unless ``force`` (then its folder is replaced whole).
     """
     from zoo.classification.inference import inference_model
+    from zoo.triton.labels import labelled
 
     if preprocessing is not None:
         image_size = preprocessing.crop
@@ -174,13 +178,14 @@ def export_repository(
                 name, kind, image_size=image_size, num_classes=num_classes, max_batch_size=max_batch_size,
                 instance_kind=instance_kind, instance_count=instance_count, preprocessing=preprocessing, amp=amp,
             )  # fmt: skip
+            config, labels = labelled(config, classes)
             if kind == "libtorch":
                 files = {"model.pt": export_torchscript(served, pathlib.Path(tmp) / "model.pt", image_size)}
             elif kind == "onnx":
                 files = {"model.onnx": onnx_path}
             else:
                 files = {"model.py": ONNX_PYTHON_MODEL, "model.onnx": onnx_path}
-            written[name] = write_model(repository, config, files, force=force)
+            written[name] = write_model(repository, config, files, force=force, beside_config=labels)
             print(f"wrote {name} ({config.platform or config.backend}, {amp}) -> {written[name]}")
     return written
 
@@ -213,6 +218,8 @@ def main(argv=None) -> None:
     p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = zoo.cli.parse_args(p, argv)
 
+    from zoo.classification.inference import checkpoint_classes
+
     from resnet50.checkpoints import eval_preprocessing
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -231,7 +238,7 @@ def main(argv=None) -> None:
     written = export_repository(
         model, args.repository, models=models, max_batch_size=args.max_batch_size,
         instance_kind=args.instance_kind, instance_count=args.instance_count, preprocessing=preprocessing,
-        amp=args.amp, force=args.force,
+        amp=args.amp, force=args.force, classes=checkpoint_classes(args.checkpoint) if args.checkpoint else None,
     )  # fmt: skip
     if args.print_config:
         for folder in written.values():

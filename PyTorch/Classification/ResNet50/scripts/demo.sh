@@ -54,9 +54,8 @@ for class_dir in "${DATA}"/val/*/; do
   mkdir -p "${HELD_OUT}/$(basename "${class_dir}")"
   find "${class_dir}" -name '*.jpg' | sort | head -n 2 | xargs -I{} cp {} "${HELD_OUT}/$(basename "${class_dir}")/"
 done
-printf '%s\n' 0 1 2 3 4 5 6 7 8 9 > "${DEMO_DIR}/classes.txt"
 "${PYTHON}" -m resnet50.deploy --repository "${REPO}" --model resnet50_python --protocol grpc \
-  --image-size "${SIZE}" --classes "${DEMO_DIR}/classes.txt" --top-k 2 --server-log "${DEMO_DIR}/tritonserver.log" "${HELD_OUT}"
+  --image-size "${SIZE}" --top-k 2 --server-log "${DEMO_DIR}/tritonserver.log" "${HELD_OUT}"
 
 step "6/6 curves: loss, top-1 and throughput of the run (metrics.jsonl) drawn as a PNG"
 "${PYTHON}" -m zoo.plot "${RESULTS}" --output "${DEMO_DIR}/curves.png"

@@ -129,3 +129,20 @@ def test_bf16_onnx_export_is_a_one_line_error(tmp_path, trained):
     with pytest.raises(UserError, match="onnxruntime has no bf16 convolutions"):
         export_repository(trained, tmp_path, image_size=SIZE, models=("onnx",), amp="bf16")
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_export_writes_the_checkpoint_s_class_names_as_triton_labels(tmp_path, trained):
+    """A training checkpoint's class folders become the served model's labels (the deploy client's names)."""
+    from resnet50.export import main
+
+    synsets = [f"n0144{i:04d}" for i in range(10)]
+    checkpoint = tmp_path / "checkpoint.pt"
+    torch.save(
+        {"model": trained.state_dict(), "classes": synsets, "recipe": {"data": {"image_size": SIZE}}},
+        checkpoint,
+    )
+    main(["--checkpoint", str(checkpoint), "--repository", str(tmp_path / "repo"), "--models", "onnx"])
+    folder = tmp_path / "repo" / "resnet50_onnx"
+    assert (folder / "labels.txt").read_text().splitlines() == synsets
+    config = parse_pbtxt((folder / "config.pbtxt").read_text())
+    assert config.output[0].label_filename == "labels.txt" and list(config.input[0].dims) == [3, SIZE, SIZE]

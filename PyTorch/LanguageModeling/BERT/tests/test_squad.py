@@ -16,6 +16,7 @@ from zoo.data.squad import (
     make_features,
     normalize_answer,
     read_squad,
+    score_asked,
     write_first_word_task,
 )
 from zoo.data.text import read_documents
@@ -36,7 +37,7 @@ def test_official_normalisation_and_scores():
     assert f1_score("the", "a") == 0.0  # both normalise to nothing
 
 
-def test_evaluate_takes_best_truth_and_counts_missing_as_wrong():
+def test_evaluate_takes_best_truth_and_counts_missing_as_wrong(tmp_path):
     data = [
         {
             "paragraphs": [
@@ -54,6 +55,12 @@ def test_evaluate_takes_best_truth_and_counts_missing_as_wrong():
     scores = evaluate_predictions(data, {"q1": "broncos", "q2": "the Panthers"})
     assert scores["exact_match"] == pytest.approx(100 / 3)
     assert scores["f1"] == pytest.approx(100 * (1 + 2 / 3) / 3)
+    # A deploy's scores: only the questions it asked (q3 was not, q4 has no answers) count.
+    data[0]["paragraphs"][0]["qas"].append({"id": "q4", "answers": []})
+    (tmp_path / "dev.json").write_text(json.dumps({"data": data}))
+    asked = score_asked(tmp_path / "dev.json", {"q1": "broncos", "q2": "the Panthers", "q4": "x"})
+    assert asked == pytest.approx({"exact_match": 50.0, "f1": 100 * (1 + 2 / 3) / 2, "questions": 2})
+    assert score_asked(tmp_path / "dev.json", {"q4": "x"}) is None
 
 
 def long_example(english_text):

@@ -64,11 +64,6 @@ def to_nchw(images: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(images.transpose(0, 3, 1, 2))
 
 
-def read_labels(repo: Path, model: str) -> list[str] | None:
-    path = repo / model / "labels.txt"
-    return path.read_text().splitlines() if path.is_file() else None
-
-
 def classify(
     url: str, model: str, images: np.ndarray, protocol: str, batch_size: int
 ) -> tuple[np.ndarray, list]:
@@ -103,6 +98,10 @@ def main(argv=None) -> dict:
     p.add_argument("--protocol", choices=["http", "grpc"], default="http")
     p.add_argument("--url", help="use the server at host:port instead of starting one")
     p.add_argument("--python-env", help="venv whose python runs python-backend models (default: this one)")
+    p.add_argument(
+        "--labels",
+        help="class names, one a line in the order of the logits (default: the model's labels.txt)",
+    )
     add_load_args(p)
     args = p.parse_args(argv)
     for flag in ("count", "batch_size"):
@@ -119,6 +118,7 @@ def main(argv=None) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from zoo.bench import percentiles
     from zoo.triton.client import serve_or_connect
+    from zoo.triton.labels import label_of, read_labels
     from zoo.triton.load import run_load_mode
     from zoo.triton.repository import parse_pbtxt
 
@@ -138,7 +138,7 @@ def main(argv=None) -> dict:
         images, names = to_nchw(images), [f"val[{i}]" for i in range(len(images))]
     else:
         images, names, classes = to_nchw(load_images(args.images, image_size)), args.images, None
-    classes = read_labels(repo, args.model) or classes
+    classes = read_labels(repo, args.model, labels_file=args.labels) or classes
 
     serving = serve_or_connect(
         repo, args.model, url=args.url, protocol=args.protocol, python_env=args.python_env
@@ -156,7 +156,7 @@ def main(argv=None) -> dict:
     logits, latencies = outcome
     top1 = logits.argmax(-1)
     for name, k in zip(names, top1, strict=True):
-        print(f"{name}: {classes[k] if classes else k}")
+        print(f"{name}: {label_of(classes, k)}")
     stats = percentiles(latencies, (50, 99))
     result = {"images": len(images), "latency_ms_p50": stats["p50"], "latency_ms_p99": stats["p99"]}
     if labels is not None:

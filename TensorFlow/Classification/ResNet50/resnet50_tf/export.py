@@ -102,6 +102,7 @@ def write_repository(
 ) -> list[Path]:
     """The three Triton models (see the module docstring); returns their directories. A model ``repo``
     already holds is a UserError unless ``force`` (then its folder, SavedModel and all, is replaced whole)."""
+    from zoo.triton.labels import labelled
     from zoo.triton.repository import (
         ONNX_PYTHON_MODEL,
         TensorSpec,
@@ -116,7 +117,6 @@ def write_repository(
     outputs = [TensorSpec(OUTPUT, "FP32", [len(classes)])]
     batching = {"preferred_batch_size": [b for b in (8, 16, 32) if b <= max_batch_size] or [max_batch_size]}
     batching["max_queue_delay_microseconds"] = 100
-    labels = ("\n".join(classes) + "\n").encode()
     common = dict(max_batch_size=max_batch_size, inputs=inputs, outputs=outputs, dynamic_batching=batching)
     models = []
     if savedmodel is not None:
@@ -150,8 +150,8 @@ def write_repository(
     )
     written = []
     for config, files in models:
-        config.output[0].label_filename = "labels.txt"
-        written.append(write_model(repo, config, files, force=force, beside_config={"labels.txt": labels}))
+        config, labels = labelled(config, classes)  # labels.txt, the output's label_filename
+        written.append(write_model(repo, config, files, force=force, beside_config=labels))
     return written
 
 

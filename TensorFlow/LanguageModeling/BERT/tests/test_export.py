@@ -94,16 +94,30 @@ def test_tritonserver_python_backend_answers_like_tensorflow(exported, tiny_voca
     assert sum(bool(a) for a in answers.values()) == len(examples)
 
 
-def test_deploy_script_answers_a_question(exported, capsys):
+def test_deploy_script_answers_questions_and_scores_them(exported, capsys, tmp_path):
+    """A SQuAD file's questions answered by the served model, and the served answers' exact match and F1
+    against the file's answers: the first question's answer is the one TensorFlow gives (100), the second's
+    shares no word with any answer (0)."""
     from bert_tf.deploy import main
 
     repo, examples, _, _, answers = exported
-    example = examples[0]
-    result = main(["--model-repository", str(repo), "--question", example.question, "--context", example.context,
-                   "--max-seq", "64", "--doc-stride", "24"])  # fmt: skip
-    assert result["answers"] == {"question": answers[example.qid]}
-    line = json.loads(capsys.readouterr().out.splitlines()[0])
-    assert line["answer"] == answers[example.qid]
+    given = {examples[0].qid: answers[examples[0].qid], examples[1].qid: "zzzq"}
+    paragraphs = [
+        {
+            "context": e.context,
+            "qas": [{"id": e.qid, "question": e.question, "answers": [{"text": given[e.qid]}]}],
+        }
+        for e in examples[:2]
+    ]
+    squad = tmp_path / "asked.json"
+    squad.write_text(json.dumps({"version": "1.1", "data": [{"title": "asked", "paragraphs": paragraphs}]}))
+    result = main(["--model-repository", str(repo), "--squad-file", str(squad), "--max-seq", "64",
+                   "--doc-stride", "24"])  # fmt: skip
+    assert result["answers"] == {e.qid: answers[e.qid] for e in examples[:2]}
+    assert (result["exact_match"], result["f1"], result["questions"]) == (50.0, 50.0, 2)
+    lines = capsys.readouterr().out.splitlines()
+    assert [json.loads(line)["answer"] for line in lines[:2]] == [answers[e.qid] for e in examples[:2]]
+    assert lines[-1] == "served answers against the file's: exact match 50.00%, F1 50.00% over 2 questions"
 
 
 def test_export_refuses_weights_without_a_span_head(pretrained_run, tiny_vocab, tmp_path):
