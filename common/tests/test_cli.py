@@ -211,7 +211,17 @@ def test_an_entry_point_called_in_process_leaves_sigterm_as_it_found_it():
     def main():
         seen.append(signal.getsignal(signal.SIGTERM))
 
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    main()
-    assert seen[0] is not signal.SIG_DFL  # SIGTERM raised Terminated while main ran
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    session = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the test session may hold its own handler
+    try:
+        main()
+        assert seen[0] is not signal.SIG_DFL  # SIGTERM raised Terminated while main ran
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+        def own(signum, frame):
+            pass
+
+        signal.signal(signal.SIGTERM, own)
+        main()  # a program's own handler is kept
+        assert seen[1] is own and signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, session)
