@@ -161,3 +161,25 @@ def test_deploy_stopped_by_sigterm_leaves_no_server_running(model_and_source, tm
     assert run.left_running == [], run.output[-3000:]
     assert run.returncode != 0, "the signal came after the deploy ended"
     assert "Traceback" not in run.output, run.output[-3000:]
+
+
+def test_translations_stop_where_the_decoder_positions_end(tmp_path):
+    # a * S + b would be 1.2 * 8 + 10 = 19 steps; the decoder has 12 positions: 11 tokens at most
+    torch.manual_seed(3)
+    model = build_model({**TINY, "max_positions": 12}, 30).eval()
+    from transformer.model import EOS
+
+    decode_step = model.decode_step
+
+    def never_ends(*args):  # EOS never wins: every search runs to its cap
+        logp, self_k, self_v = decode_step(*args)
+        return logp.index_fill(-1, torch.tensor([EOS]), float("-inf")), self_k, self_v
+
+    model.decode_step = never_ends
+    src = torch.randint(4, 30, (2, 8))
+    for ids in greedy(model, src) + translate_ids(model, src, beam=2):
+        assert len(ids) == 11
+    from transformer.translate import max_lengths
+
+    assert max_lengths(src, 1.2, 10).tolist() == [19, 19]
+    assert max_lengths(src, 1.2, 10, positions=12).tolist() == [11, 11]

@@ -93,7 +93,7 @@ def postprocess(outputs: dict, parameters: dict) -> dict:
 
     Parameters: ``decoder_file`` (the decoder step's ONNX file beside this one), ``beam``,
     ``length_penalty``, ``max_length_a`` and ``max_length_b`` (a sentence of S source tokens gets at
-    most a * S + b target tokens).
+    most a * S + b target tokens), ``max_positions`` (the decoder's positions cap that too).
     """
     decoder = _decoder(os.path.join(os.path.dirname(os.path.abspath(__file__)), parameters["decoder_file"]))
     beam = int(parameters.get("beam", 4))
@@ -103,6 +103,8 @@ def postprocess(outputs: dict, parameters: dict) -> dict:
     max_lengths = (float(parameters.get("max_length_a", 1.2)) * src_lengths).astype(np.int64) + int(
         parameters.get("max_length_b", 10)
     )
+    if "max_positions" in parameters:  # the decoder's position table: steps 0..cap take positions 0..cap
+        max_lengths = np.minimum(max_lengths, int(parameters["max_positions"]) - 1)
     layers, _, heads, _, head_dim = cross_k.shape
     state = {
         "cross_k": np.repeat(cross_k, beam, axis=1),

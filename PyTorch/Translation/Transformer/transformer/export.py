@@ -121,6 +121,7 @@ def write_repository(
         "length_penalty": length_penalty,
         "max_length_a": max_length_a,
         "max_length_b": max_length_b,
+        "max_positions": model.cfg.max_positions,
         "min_value:src_tokens": 0,
         "max_value:src_tokens": model.cfg.vocab_size - 1,
     }

@@ -13,9 +13,11 @@ from transformer.beam import beam_search
 from transformer.model import BOS, EOS, PAD
 
 
-def max_lengths(src: torch.Tensor, a: float = 1.2, b: int = 10) -> np.ndarray:
-    """The longest translation each source sentence may get: a * its length + b."""
-    return ((src != PAD).sum(dim=1).cpu().numpy() * a).astype(np.int64) + b
+def max_lengths(src: torch.Tensor, a: float = 1.2, b: int = 10, positions: int | None = None) -> np.ndarray:
+    """The longest translation each source sentence may get: a * its length + b, and no more than the
+    decoder's ``positions`` allow (its steps 0..cap take positions 0..cap)."""
+    caps = ((src != PAD).sum(dim=1).cpu().numpy() * a).astype(np.int64) + b
+    return caps if positions is None else np.minimum(caps, positions - 1)
 
 
 @torch.no_grad()
@@ -24,7 +26,7 @@ def greedy(model, src: torch.Tensor, max_length_a: float = 1.2, max_length_b: in
     cross_k, cross_v, src_mask = model.encode(src)
     batch = src.shape[0]
     self_k, self_v = model.empty_cache(batch, src.device, cross_k.dtype)
-    caps = max_lengths(src, max_length_a, max_length_b)
+    caps = max_lengths(src, max_length_a, max_length_b, model.cfg.max_positions)
     last = torch.full((batch,), BOS, dtype=torch.long, device=src.device)
     out = [[] for _ in range(batch)]
     open_rows = np.ones(batch, dtype=bool)
@@ -67,7 +69,7 @@ def translate_ids(
         values, ids = logp.topk(2 * beam, dim=-1)
         return values.float().cpu().numpy(), ids.cpu().numpy()
 
-    caps = max_lengths(src, max_length_a, max_length_b)
+    caps = max_lengths(src, max_length_a, max_length_b, model.cfg.max_positions)
     return beam_search(step, batch, beam, caps, length_penalty)
 
 
