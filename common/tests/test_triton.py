@@ -503,14 +503,17 @@ def test_serve_stops_tritonserver_and_its_stubs_on_a_signal(tmp_path, sig, while
 def test_server_turns_sigterm_into_system_exit_while_it_runs(tmp_path):
     repo = tmp_path / "repo"
     write_model(repo, _add_one_config(), {"model.py": ADD_ONE})
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(SystemExit) as stopped, TritonServer(repo) as server:
-        process = server.process
-        assert signal.getsignal(signal.SIGTERM) is not before
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)
-    assert stopped.value.code == 128 + signal.SIGTERM
-    assert process.poll() is not None and signal.getsignal(signal.SIGTERM) is before
+    session = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # make test's session holds its own handler
+    try:
+        with pytest.raises(SystemExit) as stopped, TritonServer(repo) as server:
+            process = server.process
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        assert stopped.value.code == 128 + signal.SIGTERM
+        assert process.poll() is not None and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, session)
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
