@@ -32,6 +32,7 @@ import sys
 
 from zoo.cli import entry_point
 from zoo.errors import UserError, one_line
+from zoo.log import _fmt, _unit_suffix
 from zoo.metrics import LOWER_IS_BETTER, quality_metrics
 
 METRICS_FILE = "metrics.jsonl"
@@ -221,16 +222,6 @@ def duration(seconds: float) -> str:
     """Seconds as h:mm:ss."""
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def _unit_suffix(unit: str) -> str:
-    if unit in ("", "fraction"):
-        return ""
-    return unit if unit == "%" else f" {unit}"
-
-
-def _fmt(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _is_number(value) -> bool:
