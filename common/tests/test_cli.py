@@ -185,9 +185,10 @@ def test_sigterm_runs_the_cleanup_and_ends_in_one_line(tmp_path):
     )
     assert proc.stdout.readline().strip() == "ready"
     deadline = time.monotonic() + 30
-    while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    child = int((tmp_path / "child.pid").read_text())
+    pid_file = tmp_path / "child.pid"
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the child may have created the file and not yet written it
+    child = int(pid_file.read_text())
     proc.send_signal(signal.SIGTERM)
     os.kill(child, signal.SIGTERM)  # a scheduler signals every process of the job
     _, err = proc.communicate(timeout=30)
