@@ -34,7 +34,7 @@ import pytest
 from zoo_tree import ROOT, SUITE_TIMES, model_dirs, model_env, model_id, venv_bin
 
 TEST_SECONDS = 600
-SUITE_SECONDS = 1200
+SUITE_SECONDS = 1800  # ResNet-50 took 1,165 s beside SSD on a fresh clone (2026-11-27)
 SLOW_TEST_SECONDS = 30  # tests at least this long are listed under their suite's time
 WORKERS = int(os.environ.get("ZOO_SUITE_WORKERS", "2"))
 QUICK_START_SECONDS = 600  # a block is meant to take 1-3 minutes; the limit allows for a busy machine
