@@ -128,7 +128,8 @@ class SuiteRunner:
 
     def run(self, command: list[str], cwd: Path, model_dir: Path, seconds: float) -> Suite:
         env = model_env(model_dir)
-        env["OMP_NUM_THREADS"] = "1"
+        env["OMP_NUM_THREADS"] = "1"  # two jobs on 2 cores: more threads than cores made tests 3-14x slower
+        env["TF_NUM_INTRAOP_THREADS"] = "1"
         started = time.monotonic()
         with self.lock:
             if self.closed:

@@ -11,7 +11,7 @@ from pathlib import Path
 MODEL_DIR = Path(__file__).resolve().parents[1]
 REPO_ROOT = MODEL_DIR.parents[2]
 # Two cores are shared with other work: keep each MXNet process to one or two threads.
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MXNET_CPU_WORKER_NTHREADS", "1")
 RECIPE = MODEL_DIR / "configs" / "resnet50_digits_cpu.yaml"
 

@@ -12,7 +12,7 @@ for path in (MODEL_DIR, MODEL_DIR / "tests"):
         sys.path.insert(0, str(path))
 
 # Two cores shared with other work: keep each test process to a couple of threads.
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ MODEL_DIR = pathlib.Path(__file__).resolve().parents[1]
 def model_env(**extra) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(MODEL_DIR) + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "2"
+    env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
     env["PATH"] = str(pathlib.Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
     env.update(extra)
     return env

@@ -11,7 +11,7 @@ from zoo.errors import UserError
 from zoo.mlperf import check_log
 from zoo.recipe import Interval, run_config
 
-TINY = ["--recipe", "configs/digits_cpu.yaml", "--image-size", 16, "--workers", 1, "--threads", 2]
+TINY = ["--recipe", "configs/digits_cpu.yaml", "--image-size", 16, "--workers", 1, "--threads", 1]
 
 
 def losses(results_dir) -> dict[int, float]:

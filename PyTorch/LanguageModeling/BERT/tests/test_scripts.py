@@ -12,7 +12,7 @@ import pytest
 MODEL_DIR = Path(__file__).resolve().parents[1]
 
 
-def sh(script, *args, timeout=300, threads=2):
+def sh(script, *args, timeout=300, threads=1):
     env = dict(
         os.environ,
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",

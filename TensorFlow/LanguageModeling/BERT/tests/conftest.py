@@ -14,7 +14,7 @@ REPO = MODEL_DIR.parents[2]
 TORCH_PYTHON = REPO / ".venv" / "pytorch" / "bin" / "python"
 TORCH_BERT = REPO / "PyTorch" / "LanguageModeling" / "BERT"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("OMP_NUM_THREADS", "2")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 if str(MODEL_DIR) not in sys.path:
     sys.path.insert(0, str(MODEL_DIR))
 
