@@ -6,7 +6,8 @@ import torch
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(MODEL_DIR))
-torch.set_num_threads(int(os.environ.setdefault("OMP_NUM_THREADS", "1")))  # make test runs two suites on 2 cores
+# One thread a process: make test runs two suites at once on 2 cores.
+torch.set_num_threads(int(os.environ.setdefault("OMP_NUM_THREADS", "1")))
 if not torch.cuda.is_available():
     # test_rpn_nms runs the Triton kernels in Triton's interpreter, which must be on before anything
     # imports triton (zoo.torch.triton_interpreted says why); a GPU runs them compiled.
