@@ -226,3 +226,47 @@ def test_an_entry_point_called_in_process_leaves_sigterm_as_it_found_it():
         assert seen[1] is own and signal.getsignal(signal.SIGTERM) is own
     finally:
         signal.signal(signal.SIGTERM, session)
+
+
+PREEMPTED_RANKS = """
+import os, signal, sys
+import torch.distributed as dist
+from zoo.cli import Preemption, entry_point
+
+@entry_point
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    with Preemption(2, "cpu", every=4) as preemption:
+        for step in range(1, 13):
+            if rank == 1 and step == 2:
+                os.kill(os.getpid(), signal.SIGTERM)  # one rank only, between two agreed checks
+            if preemption.requested(step):
+                print(f"rank {rank} stops after step {step}", flush=True)
+                preemption.stop()
+    print(f"rank {rank} ran to the end", flush=True)
+
+main()
+"""
+
+
+def test_a_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    script = tmp_path / "ranks.py"
+    script.write_text(PREEMPTED_RANKS)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
+         "--tee", "3", str(script)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    said = sorted(line.split("]:", 1)[-1].strip() for line in done.stdout.splitlines() if "rank " in line)
+    assert said == ["rank 0 stops after step 4", "rank 1 stops after step 4"], (
+        done.stdout + done.stderr[-3000:]
+    )
+    assert done.stderr.count("terminated (SIGTERM)") == 2, done.stderr[-3000:]

@@ -275,6 +275,60 @@ class Terminated(BaseException):
     is, so that ``except Exception`` blocks let it through."""
 
 
+class Preemption:
+    """SIGTERM deferred to a step boundary, where a training loop writes a checkpoint before it ends, so
+    that ``--resume auto`` continues from that very step (not from the last scheduled checkpoint)::
+
+        with Preemption(env.world_size, device) as preemption:
+            for ...:  # after each optimizer step
+                if preemption.requested(state.step):
+                    save()              # the state after this step: resumed, the run is the unbroken one
+                    preemption.stop()   # raises Terminated: entry_point reports it, exit status 143
+
+    While entered (in the main thread of a process whose entry point installed the SIGTERM handler), a
+    SIGTERM only sets ``signalled``. With several ranks the flag is agreed (any rank's) every ``every``
+    steps, at the same steps on every rank, so all of them stop after the same step; one rank alone reads
+    its own flag at each step. A second SIGTERM while the checkpoint is written is ignored (SIGKILL is
+    not); one that comes during an evaluation is taken at the next training step.
+    """
+
+    active: Preemption | None = None
+
+    def __init__(self, world: int = 1, device=None, every: int = 10):
+        self.world, self.device, self.every = world, device, max(1, every)
+        self.signalled = False
+
+    def __enter__(self) -> Preemption:
+        Preemption.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        Preemption.active = None  # a SIGTERM after the last step's check lets the run finish as it was
+
+    def requested(self, step: int) -> bool:
+        """Whether the loop should checkpoint and stop after ``step`` (the optimizer steps done)."""
+        if self.world == 1:
+            return self.signalled
+        if step % self.every:
+            return False
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(self.signalled)], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.signalled = bool(flag.item())
+        return self.signalled
+
+    def stop(self) -> None:
+        """End every rank together, after the checkpoint is written (raises Terminated)."""
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # rank 0 has written the checkpoint
+        Preemption.active = None
+        raise Terminated()
+
+
 def _raise_on_sigterm() -> bool:
     """Make SIGTERM raise :class:`Terminated` in this process's main thread. Processes forked later
     (data-loader workers, a background scorer) keep the default action: the handler re-sends the signal
@@ -292,6 +346,9 @@ def _raise_on_sigterm() -> bool:
         if os.getpid() != owner:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if Preemption.active is not None:  # a training loop checkpoints at its next step boundary
+            Preemption.active.signalled = True
             return
         raise Terminated()
 

@@ -22,7 +22,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import zoo.cli
-from zoo.cli import entry_point
+from zoo.cli import Preemption, entry_point
 from zoo.dist import get_dist_env
 from zoo.errors import UserError
 from zoo.log import MetricsLogger
@@ -325,31 +325,37 @@ def train(args) -> dict:
                 keep=run.keep_checkpoints, mark_best=best,
             )  # fmt: skip
 
+    preemption = Preemption(env.world_size, device)  # SIGTERM: checkpoint after the step, then exit 143
+
     def after_step(state: TrainState) -> None:
         every = run.checkpoint_every
         if every is not None and every.unit == "steps" and every.due(state.epoch, state.step):
             save()
+        if preemption.requested(state.step):
+            save()  # mid-epoch: --resume auto continues with the next batch of this epoch
+            preemption.stop()
         if args.exit_after_steps and state.step >= args.exit_after_steps:
             sys.stderr.flush()
             os._exit(137)  # the crash test's kill: no clean-up, no final checkpoint (not a user error)
 
     metrics = {"top1": 0.0, "top5": 0.0}
     throughput = Throughput(device)  # a resumed run warms up again
-    while state.epoch < epochs:
-        train_one_epoch(
-            step, scheduler, train_loader, state, logger, throughput, steps_per_epoch=steps_per_epoch,
-            last_step=total_steps, log_every=run.log_every, after_step=after_step,
-        )  # fmt: skip
-        evaluated = state.epoch == epochs or due_after_epoch(run.eval_every, state)
-        best_before = state.best.get(run.target.metric)
-        if evaluated:
-            metrics = evaluate_epoch(step, val_loader, device, run, state, logger, val_progress)
-        improved = evaluated and improves(run.target.metric, metrics[run.target.metric], best_before)
-        stop = state.epoch == epochs or (evaluated and run.target.reached(metrics["top1"]))
-        if stop or improved or due_after_epoch(run.checkpoint_every, state):
-            save(best=improved)
-        if stop:
-            break
+    with preemption:
+        while state.epoch < epochs:
+            train_one_epoch(
+                step, scheduler, train_loader, state, logger, throughput, steps_per_epoch=steps_per_epoch,
+                last_step=total_steps, log_every=run.log_every, after_step=after_step,
+            )  # fmt: skip
+            evaluated = state.epoch == epochs or due_after_epoch(run.eval_every, state)
+            best_before = state.best.get(run.target.metric)
+            if evaluated:
+                metrics = evaluate_epoch(step, val_loader, device, run, state, logger, val_progress)
+            improved = evaluated and improves(run.target.metric, metrics[run.target.metric], best_before)
+            stop = state.epoch == epochs or (evaluated and run.target.reached(metrics["top1"]))
+            if stop or improved or due_after_epoch(run.checkpoint_every, state):
+                save(best=improved)
+            if stop:
+                break
     logger.close()
     check_replicas_agree(step.model, env)  # DDP keeps the weights equal; a difference is a bug, not noise
     close_distributed()

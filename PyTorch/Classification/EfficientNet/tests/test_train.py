@@ -1,5 +1,5 @@
-"""Training on the CPU: learning, bf16 autocast, exact resume after a kill (RMSProp, mixup, CutMix and the
-weight average on), 2-process DDP (gloo)."""
+"""Training on the CPU: learning, bf16 autocast, exact resume after a kill and after SIGTERM (RMSProp, mixup,
+CutMix and the weight average on), 2-process DDP (gloo)."""
 
 import json
 import math
@@ -84,6 +84,30 @@ def test_resume_after_kill_matches_unbroken_run(tmp_path, digits16):
     # evaluation scores the weight average, restored with the rest
     assert val_records(broken)[-1]["loss"] == pytest.approx(val_records(unbroken)[-1]["loss"], rel=1e-5)
     assert state["average"] is not None and not (broken / "mlperf.log").exists()
+    # SIGTERM after step 6 (a scheduler's preemption): a checkpoint of that very step, exit 143, and the
+    # resumed run is the unbroken one from step 7 on.
+    preempted = tmp_path / "preempted"
+    stopped = run_sigterm_at(6, *common, "--results-dir", preempted)
+    assert stopped.returncode == 143 and "terminated (SIGTERM)" in stopped.stderr, stopped.stderr[-3000:]
+    state = torch.load(preempted / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert (state["epoch"], state["step_in_epoch"], state["step"]) == (1, 2, 6)
+    resumed = run_module("efficientnet.train", *common, "--results-dir", preempted, "--resume", "auto")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = losses(preempted)
+    for step in range(1, 9):
+        assert got[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), (step, got, expected)
+
+
+def run_sigterm_at(step: int, *args):
+    """efficientnet.train that receives SIGTERM right after optimizer step ``step``."""
+    import subprocess
+
+    from zoo.testing import sigterm_at_step
+
+    return subprocess.run(
+        sigterm_at_step(step, "efficientnet.train", *args),
+        capture_output=True, text=True, timeout=600, env=model_env(), cwd=str(MODEL_DIR),
+    )  # fmt: skip
 
 
 DDP_SCRIPT = """

@@ -14,14 +14,15 @@ import torch
 from gpt.step import batch_to
 
 
-def train_one_epoch(step, sampler, run, *, until: int, layout, logger, position: dict) -> None:
+def train_one_epoch(step, sampler, run, *, until: int, layout, logger, position: dict, stop=None) -> bool:
     """Run updates ``position["step"]`` .. ``until - 1`` of ``step`` (a :class:`gpt.step.TrainStep`).
 
     Each update reads this data-parallel rank's micro-batches of ``sampler`` (gpt.data.Sampler: the
     windows follow from the step number alone, so a resumed run reads what the unbroken one would).
     ``position`` ("step": updates done, "samples": windows trained on) is advanced in place. Logs the
     loss (averaged over the ranks), gradient norm, learning rate and tokens/s of all ranks every
-    ``run.log_every`` updates and at the stretch's end.
+    ``run.log_every`` updates and at the stretch's end. ``stop(updates_done)`` (zoo.cli.Preemption's
+    ``requested``) ends the stretch early after an update; returns whether it did.
     """
     began, tokens_seen = time.perf_counter(), 0
     first = position["step"]
@@ -39,6 +40,9 @@ def train_one_epoch(step, sampler, run, *, until: int, layout, logger, position:
                 "throughput": tokens_seen * layout.dp / max(seconds, 1e-9),
             }
             logger.log(position["step"], readings, units={"throughput": "tokens/s"})
+        if stop is not None and stop(position["step"]):
+            return True
+    return False
 
 
 def mean_over_ranks(value: torch.Tensor, layout) -> float:

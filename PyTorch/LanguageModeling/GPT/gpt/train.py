@@ -22,7 +22,7 @@ import shutil
 import warnings
 from typing import TYPE_CHECKING
 
-from zoo.cli import entry_point
+from zoo.cli import Preemption, entry_point
 from zoo.errors import UserError
 
 from gpt.data import TOKENIZER, Sampler, SyntheticTokens, TokenShards, check_tokenizer
@@ -269,6 +269,7 @@ def main(argv=None) -> dict:
             enabled=env.is_primary,
         ) as mlperf,
         MetricsLogger(results / "metrics.jsonl", enabled=env.is_primary) as logger,
+        Preemption(env.world_size, device) as preemption,
     ):
         log_mlperf_settings(mlperf, recipe, run, sampler, eval_samples)
         if resume_from is not None:
@@ -279,8 +280,15 @@ def main(argv=None) -> dict:
             stretch = position["step"] // (run.eval_every.count if run.eval_every else run.steps) + 1
             until = next_stop(position["step"], run)
             mlperf.block_start(stretch, 1, samples=position["samples"])
-            train_one_epoch(step, sampler, run, until=until, layout=layout, logger=logger, position=position)
+            preempted = train_one_epoch(
+                step, sampler, run, until=until, layout=layout, logger=logger, position=position,
+                stop=preemption.requested,
+            )  # fmt: skip
             mlperf.block_stop(stretch, samples=position["samples"])
+            if preempted:  # SIGTERM: checkpoint this update, then exit 143; --resume auto continues here
+                save_checkpoint()
+                finish_writing(pending)
+                preemption.stop()
             if args.exit_after_steps is not None and position["step"] >= args.exit_after_steps:
                 os._exit(137)  # tests: a run killed here loses the steps since its last checkpoint
             last = position["step"] >= run.steps

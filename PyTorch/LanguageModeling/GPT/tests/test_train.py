@@ -69,6 +69,26 @@ def test_a_killed_run_resumed_equals_the_unbroken_run(trained, pydoc_data, tmp_p
     assert resumed["log_perplexity"] == pytest.approx(trained[1]["log_perplexity"], abs=1e-9)
 
 
+def test_sigterm_checkpoints_the_step_and_the_resumed_run_equals_the_unbroken_run(
+    trained, pydoc_data, tmp_path
+):
+    """SIGTERM after update 25 (a scheduler's preemption, between two scheduled checkpoints): exit 143 with
+    a checkpoint of update 25, and --resume auto ends with the unbroken run's weights."""
+    from gpt.train import main
+    from zoo.testing import sigterm_at_step
+
+    results, _ = trained
+    cmd = sigterm_at_step(25, "gpt.train", *train_args(pydoc_data, tmp_path))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=MODEL_DIR, timeout=300)
+    assert proc.returncode == 143 and "terminated (SIGTERM)" in proc.stderr, proc.stderr[-2000:]
+    assert torch.load(tmp_path / "checkpoint" / "checkpoint.pt", weights_only=False)["step"] == 25
+    assert main(train_args(pydoc_data, tmp_path, "--resume", "auto"))["step"] == 40
+    unbroken = torch.load(results / "model.pt", weights_only=False)["model"]
+    again = torch.load(tmp_path / "model.pt", weights_only=False)["model"]
+    for key in unbroken:
+        assert torch.equal(unbroken[key], again[key]), key
+
+
 def test_the_target_stops_the_run(pydoc_data, tmp_path):
     from gpt.train import main
 
