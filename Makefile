@@ -57,9 +57,10 @@ $(VENV)/mxnet/.ready: common/envs/mxnet.txt common/pyproject.toml $(MX_REQS)
 	touch $@
 
 # The README's test command. Top-level checks and the common layer run in the PyTorch venv;
-# tests/test_model_suites.py runs each model's own tests in its framework's venv.
+# tests/test_model_suites.py runs each model's own tests in its framework's venv. Waiting OpenMP threads
+# sleep rather than spin: two 2-thread processes on 2 busy cores ran 20x slower spinning (2026-11-27).
 test: setup
-	$(VENV)/pytorch/bin/python -m pytest $(PYTEST_FLAGS) common/tests tests
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/pytorch/bin/python -m pytest $(PYTEST_FLAGS) common/tests tests
 
 test-common: setup-pytorch
 	$(VENV)/pytorch/bin/python -m pytest $(PYTEST_FLAGS) common/tests
