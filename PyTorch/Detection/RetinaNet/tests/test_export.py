@@ -53,7 +53,7 @@ def test_onnx_candidates_equal_pytorch_at_any_size(model, onnx_file, shape):
         # A box at IoU 0.5 with a better one may stay in one and not the other: the best 50 must agree.
         assert abs(len(found[1]) - len(expected[1])) <= 2 and len(expected[1]) > 50
         torch.testing.assert_close(found[1][:50], expected[1][:50], atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(found[0][:50], expected[0][:50], atol=1e-3, rtol=1e-5)
+        assert_same_detections(*(t[:50].numpy() for t in found), *(t[:50].numpy() for t in expected))
 
 
 def test_numpy_nms_equals_torchvisions(model):

@@ -257,8 +257,12 @@ def test_a_shard_damaged_during_the_run_saves_the_step_and_names_the_shard(tmp_p
     meta = json.loads((data / "metadata.json").read_text())
     damaged = data / meta["shards"][1]["file"]
     payload = bytearray(damaged.read_bytes())
-    payload[1000:1100] = bytes(b ^ 0xFF for b in payload[1000:1100])  # same size: passes the start-up check
+    payload[1000:1100] = bytes(b ^ 0xFF for b in payload[1000:1100])
+    stat = damaged.stat()
     damaged.write_bytes(payload)
+    # The same size and time as the manifest recorded: the start-up check trusts it (damage on disk after
+    # the check, as a run would meet it), and the run finds it when it reads the shard.
+    os.utime(damaged, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     results = tmp_path / "r"
     with pytest.raises(SystemExit) as error:
         run(data, results, "--steps", "60", "--log-every", "100", "--eval-every", "100")
