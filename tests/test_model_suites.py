@@ -130,6 +130,7 @@ class SuiteRunner:
         env = model_env(model_dir)
         env["OMP_NUM_THREADS"] = "1"  # two jobs on 2 cores: more threads than cores made tests 3-14x slower
         env["TF_NUM_INTRAOP_THREADS"] = "1"
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1"  # as the TensorFlow scripts set it: 7x faster CPU training steps
         env["OMP_WAIT_POLICY"] = "PASSIVE"  # a test that asks for 2 threads: idle ones sleep, not spin
         started = time.monotonic()
         with self.lock:

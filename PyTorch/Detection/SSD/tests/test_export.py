@@ -44,6 +44,18 @@ def images():
 
 
 @pytest.fixture(scope="module")
+def half_models(model, images):
+    """{precision: (inference model, its (loc, logits) on the first image)} for fp16 and bf16: computed once,
+    as a forward of SSD300 in a half precision takes 15-20 s on a CPU (no half-precision kernels)."""
+    made = {}
+    for precision in ("fp16", "bf16"):
+        inference = build_inference_model(model, precision)
+        with torch.no_grad():
+            made[precision] = (inference, inference(images[:1]))
+    return made
+
+
+@pytest.fixture(scope="module")
 def outputs(model, images):
     """The trained model's (unfolded, fp32) ``loc, logits`` on ``images``."""
     with torch.no_grad():
@@ -66,26 +78,30 @@ def test_inference_model_folds_every_batchnorm_and_keeps_the_outputs(model, imag
 
 @pytest.mark.parametrize("precision, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
 def test_inference_model_computes_in_its_precision_with_fp32_in_and_out(
-    model, images, outputs, precision, dtype
+    half_models, outputs, precision, dtype
 ):
-    half = build_inference_model(model, precision)
+    half, (loc, logits) = half_models[precision]
     assert {p.dtype for p in half.parameters()} == {dtype}
-    with torch.no_grad():
-        loc, logits = half(images)
     assert loc.dtype == logits.dtype == torch.float32
     # Within the precision's rounding of the fp32 outputs (bf16 keeps 8 bits of mantissa, fp16 11).
-    scale = outputs[1].abs().max().item()
-    tolerance = {"fp16": 0.01, "bf16": 0.06}[precision] * scale
-    assert (logits - outputs[1]).abs().max().item() < tolerance
-    assert (logits - outputs[1]).abs().max().item() > 0  # really computed in the lower precision
+    want = outputs[1][:1]
+    tolerance = {"fp16": 0.01, "bf16": 0.06}[precision] * want.abs().max().item()
+    assert (logits - want).abs().max().item() < tolerance
+    assert (logits - want).abs().max().item() > 0  # really computed in the lower precision
 
 
-def test_torchscript_export_is_the_inference_model(model, images, tmp_path):
-    for precision in ("fp32", "fp16"):
-        inference = build_inference_model(model, precision)
+def test_torchscript_export_is_the_inference_model(model, images, half_models, tmp_path):
+    fp32 = build_inference_model(model, "fp32")
+    with torch.no_grad():
+        fp32_outputs = fp32(images)
+    fp16, fp16_outputs = half_models["fp16"]  # on the first image
+    for precision, inference, inputs, expected in (
+        ("fp32", fp32, images, fp32_outputs),
+        ("fp16", fp16, images[:1], fp16_outputs),
+    ):
         loaded = torch.jit.load(str(export_torchscript(inference, tmp_path / f"{precision}.pt")))
         with torch.no_grad():
-            expected, got = inference(images), loaded(images)
+            got = loaded(inputs)
         for e, g in zip(expected, got, strict=True):
             assert g.dtype == torch.float32
             torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
@@ -112,15 +128,13 @@ def test_onnx_export_matches_the_inference_model_with_and_without_postprocessing
     np.testing.assert_allclose(o_scores, scores[:1].numpy(), atol=1e-4)
 
 
-def test_fp16_onnx_export_matches_the_fp16_inference_model(model, images, tmp_path):
+def test_fp16_onnx_export_matches_the_fp16_inference_model(half_models, images, tmp_path):
     import onnxruntime as ort
 
-    half = build_inference_model(model, "fp16")
-    with torch.no_grad():
-        loc, logits = half(images)
+    half, (loc, logits) = half_models["fp16"]
     session = ort.InferenceSession(str(export_onnx(half, tmp_path / "fp16.onnx", postprocess=False)))
     assert session.get_inputs()[0].type == "tensor(float)"  # FP32 in and out, fp16 inside
-    o_loc, o_logits = session.run(None, {"images": images.numpy()})
+    o_loc, o_logits = session.run(None, {"images": images[:1].numpy()})
     assert o_logits.dtype == np.float32
     scale = float(logits.abs().max())
     np.testing.assert_allclose(o_logits, logits.numpy(), atol=0.01 * scale)
