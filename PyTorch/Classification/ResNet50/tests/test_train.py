@@ -3,6 +3,7 @@
 import json
 import math
 import sys
+import warnings
 
 import pytest
 import torch
@@ -272,17 +273,33 @@ def test_two_nodes_train_as_one_node(tmp_path, digits16):
     import subprocess
 
     out = tmp_path / "check"
-    result = subprocess.run(
-        ["bash", str(MODEL_DIR / "scripts" / "check_two_nodes.sh"), "--gpus-per-node", "1", "--results-dir", out,
-         "--port", str(_free_port()), "--recipe", "configs/digits_cpu.yaml", "--data-dir", digits16,
-         "--device", "cpu", "--image-size", "16", "--workers", "0", "--threads", "1", "--batch-size", "8",
-         "--epochs", "1", "--steps-per-epoch", "3"],
-        capture_output=True, text=True, timeout=600, cwd=str(MODEL_DIR),
-        env=model_env(OMP_NUM_THREADS="1", PYTHON=sys.executable),
-    )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+
+    def check():
+        return subprocess.run(
+            ["bash", str(MODEL_DIR / "scripts" / "check_two_nodes.sh"), "--gpus-per-node", "1", "--results-dir", out,
+             "--port", str(_free_port()), "--recipe", "configs/digits_cpu.yaml", "--data-dir", digits16,
+             "--device", "cpu", "--image-size", "16", "--workers", "0", "--threads", "1", "--batch-size", "8",
+             "--epochs", "1", "--steps-per-epoch", "3"],
+            capture_output=True, text=True, timeout=600, cwd=str(MODEL_DIR),
+            env=model_env(OMP_NUM_THREADS="1", PYTHON=sys.executable),
+        )  # fmt: skip
+
+    result = check()
+    if result.returncode != 0 and "ChildFailedError" in result.stderr:
+        # A launch that crashed (once in CI, 2026-11-27, rank 0 exit 1 after training; not reproduced in 16
+        # runs on a loaded machine) is reported and launched again; different losses fail at once.
+        warnings.warn(f"check_two_nodes.sh crashed, run again:\n{_first_error(result.stderr)}", stacklevel=1)
+        result = check()
+    assert result.returncode == 0, result.stdout[-2000:] + _first_error(result.stderr) + result.stderr[-1500:]
     assert "same losses at all 3 steps (--rtol 0)" in result.stdout
     assert losses(out / "one_node") == losses(out / "two_nodes") and len(losses(out / "one_node")) == 3
+
+
+def _first_error(stderr: str) -> str:
+    """The first process's failure in a launcher's output: its lines come before the others' and torchrun's."""
+    lines = stderr.splitlines()
+    start = next((i for i, line in enumerate(lines) if "Traceback" in line or "error:" in line), 0)
+    return "\n".join(lines[max(0, start - 5) : start + 40]) + "\n...\n"
 
 
 def _free_port() -> int:
