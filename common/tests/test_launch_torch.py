@@ -19,14 +19,20 @@ LAUNCH_ENV = ("NGPU", "NNODES", "NODE_RANK", "RDZV_ENDPOINT", "LAUNCH_TORCH_DEFA
 def launch(tmp_path):
     """launch(*args, env={...}) -> (returncode, argv the fake python got, stderr)."""
     fake_python = tmp_path / "python"
-    # Answers the launcher's GPU count query with 3 and prints any other command line, one item a line.
-    fake_python.write_text(
-        '#!/usr/bin/env bash\nif [[ "$1" == -c ]]; then echo 3; exit; fi\nprintf "%s\\n" "$@"\n'
-    )
+    # Prints its command line, one item a line; a python -c (a query the launcher must not make) fails.
+    fake_python.write_text('#!/usr/bin/env bash\nif [[ "$1" == -c ]]; then exit 9; fi\nprintf "%s\\n" "$@"\n')
     fake_python.chmod(0o755)
+    # A host with three GPUs, as nvidia-smi -L lists them (one MIG slice under the first).
+    (tmp_path / "bin").mkdir()
+    fake_smi = tmp_path / "bin" / "nvidia-smi"
+    gpus = "GPU 0: NVIDIA H100 (UUID: GPU-a)\n  MIG 1g.10gb Device 0: (UUID: MIG-a)\n"
+    gpus += "GPU 1: NVIDIA H100 (UUID: GPU-b)\nGPU 2: NVIDIA H100 (UUID: GPU-c)\n"
+    fake_smi.write_text(f'#!/usr/bin/env bash\n[[ "$1" == -L ]] && printf "{gpus}"\n')
+    fake_smi.chmod(0o755)
 
     def run(*args, env=None, before=""):
-        base = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV}
+        base = {k: v for k, v in os.environ.items() if k not in LAUNCH_ENV + ("CUDA_VISIBLE_DEVICES",)}
+        base["PATH"] = f"{tmp_path / 'bin'}:{base['PATH']}"
         script = f'set -euo pipefail; source "{LAUNCHER}"; {before} launch_torch demo.train "$@"'
         done = subprocess.run(
             ["bash", "-c", script, "train.sh", *args],
@@ -78,11 +84,22 @@ def test_more_gpus_or_nodes_run_torchrun_without_the_launcher_flags(launch):
     assert launch(*flags, env=nodes)[1] == [*torchrun("8", "4", "3", "head:1234"), "-m", "demo.train"]
 
 
-def test_visible_gpus_default_is_asked_of_torch_only_when_no_count_is_given(launch):
+def test_visible_gpus_default_counts_the_gpus_when_no_count_is_given(launch):
     visible = {"LAUNCH_TORCH_DEFAULT_GPUS": "visible"}
-    assert launch(env=visible)[1] == [*torchrun("3"), "-m", "demo.train"]
+    assert launch(env=visible)[1] == [*torchrun("3"), "-m", "demo.train"]  # nvidia-smi's GPUs, not MIGs
     assert launch("--gpus", "1", env=visible)[1] == ["-m", "demo.train"]
     assert launch(env={**visible, "NGPU": "2"})[1] == [*torchrun("2"), "-m", "demo.train"]
+    # CUDA_VISIBLE_DEVICES wins; as CUDA reads it, its list ends at the first negative entry
+    for devices, count in [("1,2", "2"), ("GPU-a,GPU-b,GPU-c,GPU-d", "4"), ("0,-1,2", None), ("", None)]:
+        expected = [*torchrun(count), "-m", "demo.train"] if count else ["-m", "demo.train"]
+        assert launch(env={**visible, "CUDA_VISIBLE_DEVICES": devices})[1] == expected, devices
+
+
+def test_visible_gpus_with_no_driver_is_one_process(launch, tmp_path):
+    (tmp_path / "bin" / "nvidia-smi").write_text(
+        "#!/usr/bin/env bash\necho 'NVIDIA-SMI has failed' >&2; exit 9\n"
+    )
+    assert launch(env={"LAUNCH_TORCH_DEFAULT_GPUS": "visible"})[1] == ["-m", "demo.train"]
 
 
 @pytest.mark.parametrize(

@@ -233,14 +233,14 @@ def _timed_windows(step: Step, args, sync, device) -> tuple[int, list[float]]:
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
         return tensor.tolist()
 
-    probe = 5
+    probe = 2  # a window is lengthened below when this guess falls short; slow CPU steps time few
     sync()
     began = time.perf_counter()
     for _ in range(probe):
         step.call()
     sync()
     (per_step,) = slowest([(time.perf_counter() - began) / probe])
-    iters = max(probe, math.ceil(args.window_seconds / max(per_step, 1e-6)))
+    iters = max(1, math.ceil(args.window_seconds / max(per_step, 1e-6)))
     windows = []
     while len(windows) < args.windows:
         sync()

@@ -105,7 +105,7 @@ def test_gpus_times_the_recipe_step_on_one_and_two_processes(tmp_path):
         "--windows",
         "1",
         "--warmup",
-        "1",
+        "0",
         "--output",
         str(out),
     ]
