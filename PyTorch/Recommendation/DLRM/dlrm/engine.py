@@ -10,7 +10,9 @@ import torch
 from zoo.errors import UserError
 
 
-def train_one_epoch(step, batches, run, *, first: int, last: int, schedule: dict, logger) -> int:
+def train_one_epoch(
+    step, batches, run, *, first: int, last: int, schedule: dict, logger, stop=None
+) -> tuple[int, bool]:
     """Optimizer steps ``first`` .. ``last`` - 1 of the run with ``step`` (a :class:`~dlrm.step.TrainStep`):
     an epoch, or the part of one up to the next evaluation or checkpoint (train.py picks ``last``).
     Step ``s`` trains global batch ``order(epoch)[position]`` of ``batches`` (``epoch, position =
@@ -18,7 +20,9 @@ def train_one_epoch(step, batches, run, *, first: int, last: int, schedule: dict
     what an unbroken one would), this rank its slice of it.
 
     The learning rate follows ``schedule`` (dlrm.optim.lr_factor). Every ``run.log_every`` steps and at
-    ``last`` it logs the loss (mean over the steps and ranks) and samples/s of all ranks. Returns ``last``.
+    ``last`` it logs the loss (mean over the steps and ranks) and samples/s of all ranks. ``stop(done)``
+    (zoo.cli.Preemption's ``requested``), asked after each step, ends the stretch after that step (its
+    loss logged). Returns the steps done and whether ``stop`` ended the stretch.
     """
     from dlrm.optim import lr_factor
 
@@ -30,14 +34,17 @@ def train_one_epoch(step, batches, run, *, first: int, last: int, schedule: dict
         losses.append(step(labels, dense, sparse))
         done = index + 1
         logger.progress(done, batches.global_batch)
-        if done % run.log_every == 0 or done == last:
+        stopping = stop is not None and stop(done)
+        if done % run.log_every == 0 or done == last or stopping:
             readings = {
                 "loss": mean_over_ranks(torch.stack(losses).mean()),  # the one host sync of a logged step
                 "throughput": len(losses) * batches.global_batch / (time.perf_counter() - began),
             }
             logger.log(done, readings, units={"throughput": "samples/s"})
             losses, began = [], time.perf_counter()
-    return last
+        if stopping:
+            return done, True
+    return last, False
 
 
 def evaluate(step, batches, logger=None) -> dict:

@@ -13,7 +13,15 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-from zoo.cli import add_run_args, add_target_arg, entry_point, parse_args, recipe_from_args, resolve_resume
+from zoo.cli import (
+    Preemption,
+    add_run_args,
+    add_target_arg,
+    entry_point,
+    parse_args,
+    recipe_from_args,
+    resolve_resume,
+)
 from zoo.errors import UserError
 
 MLPERF_BENCHMARK = "dlrm_dcnv2"
@@ -163,30 +171,36 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
             step.save(checkpoint, position, keep=run.keep_checkpoints, best=improved)
 
         mlperf.epoch_start(done // batches.count + 1, samples=done * global_batch)
-        while done < total:
-            last = next_stop(done, run, batches.count, total)
-            done = train_one_epoch(
-                step, batches, run, first=done, last=last, schedule=recipe["schedule"], logger=logger
-            )
-            epoch = (done - 1) // batches.count + 1  # MLPerf's epoch_num of the steps just trained
-            samples = done * global_batch
-            improved = False
-            if done == total or due(run.eval_every, done, batches.count):
-                mlperf.eval_start(epoch, samples=samples)
-                metrics = evaluate(step, val_batches)
-                mlperf.eval_stop(epoch, samples=samples)
-                mlperf.eval_accuracy(metrics["auc"], epoch, samples=samples)
-                logger.log(done, metrics, phase="eval")
-                improved = improves("auc", metrics["auc"], best.get("auc"))
-                best = {"auc": max(best.get("auc", 0.0), metrics["auc"])}
-                if run.target.reached(metrics["auc"]):
-                    status = "success"
-                    break
-            if done < total and (improved or due(run.checkpoint_every, done, batches.count)):
-                save_checkpoint(improved)
-            if done < total and done % batches.count == 0:
-                mlperf.epoch_stop(epoch, samples=samples)
-                mlperf.epoch_start(epoch + 1, samples=samples)
+        preemption = Preemption(env.world_size, device)  # SIGTERM: checkpoint after the step, then exit 143
+        with preemption:  # a SIGTERM during an evaluation is taken after the next step
+            while done < total:
+                last = next_stop(done, run, batches.count, total)
+                done, preempted = train_one_epoch(
+                    step, batches, run, first=done, last=last, schedule=recipe["schedule"], logger=logger,
+                    stop=preemption.requested,
+                )  # fmt: skip
+                if preempted:  # the checkpoint of this very step: --resume auto continues with the next
+                    save_checkpoint(False)
+                    preemption.stop()
+                epoch = (done - 1) // batches.count + 1  # MLPerf's epoch_num of the steps just trained
+                samples = done * global_batch
+                improved = False
+                if done == total or due(run.eval_every, done, batches.count):
+                    mlperf.eval_start(epoch, samples=samples)
+                    metrics = evaluate(step, val_batches)
+                    mlperf.eval_stop(epoch, samples=samples)
+                    mlperf.eval_accuracy(metrics["auc"], epoch, samples=samples)
+                    logger.log(done, metrics, phase="eval")
+                    improved = improves("auc", metrics["auc"], best.get("auc"))
+                    best = {"auc": max(best.get("auc", 0.0), metrics["auc"])}
+                    if run.target.reached(metrics["auc"]):
+                        status = "success"
+                        break
+                if done < total and (improved or due(run.checkpoint_every, done, batches.count)):
+                    save_checkpoint(improved)
+                if done < total and done % batches.count == 0:
+                    mlperf.epoch_stop(epoch, samples=samples)
+                    mlperf.epoch_start(epoch + 1, samples=samples)
         mlperf.epoch_stop((max(done, 1) - 1) // batches.count + 1, samples=done * global_batch)
         if status != "success":
             status = "aborted" if run.target.value is not None else "success"

@@ -33,8 +33,11 @@ def per_gpu(nproc: int) -> list[str]:
     return ["--batch-size", str(256 // nproc)]
 
 
-def run_module(module: str, *args, nproc: int = 1, check: bool = True, timeout: int = 240):
-    """``python -m module args`` (torchrun with gloo for nproc > 1); returns the CompletedProcess."""
+def run_module(
+    module: str, *args, nproc: int = 1, check: bool = True, timeout: int = 240, sigterm_at: int | None = None
+):
+    """``python -m module args`` (torchrun with gloo for nproc > 1; one process sent SIGTERM after optimizer
+    step ``sigterm_at``, zoo.testing.sigterm_at_step); returns the CompletedProcess."""
     env = {
         **os.environ,
         "PYTHONPATH": f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}",
@@ -54,6 +57,10 @@ def run_module(module: str, *args, nproc: int = 1, check: bool = True, timeout: 
             module,
             *args,
         ]
+    elif sigterm_at is not None:
+        from zoo.testing import sigterm_at_step
+
+        cmd = sigterm_at_step(sigterm_at, module, *args)
     else:
         cmd = [sys.executable, "-m", module, *args]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -59,17 +59,23 @@ def test_two_sharded_processes_resumed_give_the_one_process_losses(one_process, 
     assert "column_wise" in plan and "table_wise" in plan
 
 
-def test_a_run_killed_between_the_checkpoint_swaps_two_renames_resumes_where_it_saved(
+def test_sigterm_checkpoints_the_step_and_a_kill_between_the_swaps_two_renames_resumes_there(
     synthetic_dir, one_process, tmp_path
 ):
-    """kill -9 between the two renames of the checkpoint swap (zoo.torch.save_training_checkpoint_sharded)
-    leaves checkpoint.old and a whole checkpoint.tmp, no checkpoint/: --resume auto puts the newer one back
-    and continues from its step (not from step 0), and its own saves find nothing in their way."""
+    """SIGTERM after step 3 of 6 (a scheduler's preemption) ends the run with exit 143 and a sharded
+    checkpoint of step 3. Then kill -9 between the two renames of the checkpoint swap
+    (zoo.torch.save_training_checkpoint_sharded) leaves checkpoint.old and a whole checkpoint.tmp, no
+    checkpoint/: --resume auto puts the newer one back and continues from its step (not from step 0) to the
+    unbroken run's losses, and its own saves find nothing in their way."""
     import shutil
+
+    from dlrm.step import read_checkpoint
 
     results = tmp_path / "killed"
     args = ["--data-dir", str(synthetic_dir), "--results-dir", str(results), *TINY, *STEPS, *PINNED]
-    run_module("dlrm.train", *args, "--steps", "3")
+    stopped = run_module("dlrm.train", *args, sigterm_at=3, check=False)
+    assert stopped.returncode == 143 and "terminated (SIGTERM)" in stopped.stderr, stopped.stderr[-2000:]
+    assert read_checkpoint(results / "checkpoint")["step"] == 3
     shutil.copytree(results / "checkpoint", results / "checkpoint.old")
     (results / "checkpoint").rename(results / "checkpoint.tmp")
     resumed = run_module("dlrm.train", *args, "--resume", "auto")
