@@ -8,6 +8,7 @@ the default boxes on the device (:func:`ssd.boxes.match`), once per batch.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -161,6 +162,37 @@ def collate(samples) -> Batch:
     return Batch(torch.stack(images), pb, pl, torch.tensor(ids), torch.tensor(sizes))
 
 
+class EpochSampler(DistributedSampler):
+    """A DistributedSampler whose next pass can start at a batch (``set_epoch(epoch, start_batch)``): a
+    run resumed inside an epoch reads none of the images of the batches done. The start holds for one
+    pass; a later one (precise BatchNorm statistics) starts at the epoch's first batch again."""
+
+    def __init__(self, *args, batch_size: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.batch_size, self.start_batch = batch_size, 0
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        super().set_epoch(epoch)
+        self.start_batch = start_batch
+
+    def __iter__(self):
+        start, self.start_batch = self.start_batch, 0
+        return itertools.islice(super().__iter__(), start * self.batch_size, None)
+
+
+def epoch_batches(loader, epoch: int, start: int = 0):
+    """``loader``'s batches of ``epoch`` (counted from 0) from batch ``start`` on: the PyTorch loader's
+    sampler leaves the batches done out; synthetic and DALI batches before ``start`` are made and
+    dropped (DALI's own random stream then goes on as in an unbroken run)."""
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(sampler, EpochSampler):
+        sampler.set_epoch(epoch, start)
+        return iter(loader)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+    return itertools.islice(iter(loader), start, None)
+
+
 def build_loader(
     image_dir,
     annotation_file,
@@ -177,11 +209,16 @@ def build_loader(
 ) -> DataLoader:
     """A DataLoader over a COCO-format set, sharded across ranks with a DistributedSampler."""
     dataset = CocoDetection(image_dir, annotation_file, build_transforms(train, image_size, augment))
-    sampler = DistributedSampler(dataset, world_size, rank, shuffle=train, seed=seed, drop_last=train)
+    sampler = EpochSampler(
+        dataset, world_size, rank, shuffle=train, seed=seed, drop_last=train, batch_size=batch_size
+    )
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
+        # its own generator: an iterator's worker seed is not drawn from the global one, so a run resumed
+        # inside an epoch draws the augmentations the unbroken run drew
+        generator=torch.Generator().manual_seed(seed + rank),
         num_workers=workers,
         collate_fn=collate,
         pin_memory=torch.cuda.is_available(),

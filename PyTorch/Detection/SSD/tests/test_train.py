@@ -248,16 +248,36 @@ def synthetic_args(out, *extra):
 
 
 def test_resume_equals_unbroken_run(tmp_path):
-    unbroken = train(parse_args(synthetic_args(tmp_path / "a")))["model"].state_dict()
-    first = train(parse_args(synthetic_args(tmp_path / "b", "--stop-epoch", "1")))
-    assert first["epochs"] == 1
+    from zoo.testing import sigterm_at_step
+
+    whole = train(parse_args(synthetic_args(tmp_path / "a")))
+    unbroken = whole["model"].state_dict()
+    # SIGTERM after step 1, the first epoch's last (a scheduler's preemption): a checkpoint of that step,
+    # exit 143; the resumed run ends that epoch (its checkpoint) and goes on as the unbroken run.
+    env = {**os.environ, "PYTHONPATH": f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}"}
+    stopped = subprocess.run(
+        sigterm_at_step(1, "ssd.train", *synthetic_args(tmp_path / "b")),
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert stopped.returncode == 143 and "terminated (SIGTERM)" in stopped.stderr, stopped.stderr[-3000:]
+    saved = torch.load(tmp_path / "b" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert (saved["epoch"], saved["step_in_epoch"], saved["step"]) == (0, 1, 1)
     with pytest.raises(UserError, match="--resume auto"):  # never overwrites a run by default
         train(parse_args(synthetic_args(tmp_path / "b")))
     resumed = train(parse_args(synthetic_args(tmp_path / "b", "--resume", "auto")))
-    assert resumed["epochs"] == 2
+    assert resumed["epochs"] == 2 and resumed["losses"] == whole["losses"][1:]
+    assert loss_records(tmp_path / "b") == loss_records(tmp_path / "a")  # step 1 logged before the signal
     state = resumed["model"].state_dict()
     for k, v in unbroken.items():
         torch.testing.assert_close(state[k], v, rtol=0, atol=0, msg=k)
+
+
+def loss_records(results_dir) -> dict:
+    import json
+
+    lines = (results_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return {r["step"]: r["metrics"]["loss"] for r in records if "loss" in r["metrics"]}
 
 
 def load_config(args):
