@@ -14,15 +14,17 @@ from zoo.log import MetricsLogger
 from retinanet.evaluate import detect_dataset
 
 
-def train_one_epoch(step, loader, logger, *, epoch: int, steps: int, first_step: int, log_every: int,
-                    world: int) -> list[float]:  # fmt: skip
-    """Train ``steps`` optimizer steps on ``loader``'s batches (batch per GPU x accumulation images
-    each) with ``step`` (retinanet.step.TrainStep); the loss is read every ``log_every`` steps and the
-    epoch's images/s (all ranks) logged at its end. Returns the losses read."""
+def train_one_epoch(step, batches, logger, *, epoch: int, steps: int, first_step: int, log_every: int,
+                    world: int, start: int = 0, after_step=None) -> list[float]:  # fmt: skip
+    """Train the epoch's optimizer steps ``start`` ... ``steps - 1`` on ``batches`` (batch per GPU x
+    accumulation images each, from the epoch's batch ``start``: retinanet.data.epoch_batches) with
+    ``step`` (retinanet.step.TrainStep), calling ``after_step(steps done in the run, in the epoch)``
+    after each; the loss is read every ``log_every`` steps and the epoch's images/s (all ranks) logged
+    at its end. Returns the losses read."""
     step.train()
     losses, images = [], 0
     started = time.perf_counter()
-    for i, batch in enumerate(itertools.islice(loader, steps)):
+    for i, batch in enumerate(itertools.islice(batches, steps - start), start):
         batch = batch.to(step.device)
         loss = step(batch.images, batch.boxes, batch.labels)
         images += len(batch.images)
@@ -34,6 +36,10 @@ def train_one_epoch(step, loader, logger, *, epoch: int, steps: int, first_step:
                 done, len(batch.images) * world, {"loss": value, "lr": step.scheduler.get_last_lr()[0]}
             )
             logger.log(done, {"loss": value, "epoch": epoch})
+        if after_step is not None:
+            after_step(done, i + 1)
+    if not images:  # resumed after the epoch's last step
+        return losses
     seconds = time.perf_counter() - started  # the last step's loss.item() waited for the device
     throughput = images * world / seconds
     logger.log(first_step + steps, {"epoch": epoch, "throughput": throughput}, units={"throughput": "img/s"})

@@ -6,8 +6,9 @@ exact resume, the mAP target, MLPerf's ``retinanet`` log and pycocotools scoring
 
 The recipe's run: section gives precision, batch per GPU, epochs, when to evaluate and save, the seed and
 the mAP target; model:, optimizer:, schedule:, data: and eval: the rest. RESULTS_DIR/checkpoint.pt is
-written (write-then-rename) every run.checkpoint_every epochs and at a run's last epoch; ``--resume auto``
-continues it exactly (model, optimizer, scaler, schedule, epoch, RNG states).
+written (write-then-rename) every run.checkpoint_every epochs, at a run's last epoch and, on SIGTERM, after
+the step in progress (then the run ends with exit 143); ``--resume auto`` continues it exactly (model,
+optimizer, scaler, schedule, epoch, step in the epoch, RNG states).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import zoo.cli
 import zoo.coco
-from zoo.cli import entry_point
+from zoo.cli import Preemption, entry_point
 from zoo.errors import UserError
 from zoo.io import atomic_write
 from zoo.rng import rng_state
@@ -129,7 +130,7 @@ def train(a: argparse.Namespace) -> dict:
     state = load_training_checkpoint(resume_from, RESUME_FIELDS, what) if resume_from else None
     env, device = init_distributed(a.device)
     if state is not None and env.is_primary:
-        print(f"resuming from {resume_from} at epoch {state['epoch']}", file=sys.stderr)
+        print(f"resuming from {resume_from} at step {state['step']}", file=sys.stderr)
     mlperf = zoo.coco.open_mlperf_log(
         results_dir, "retinanet", resumed=state is not None, env=env, seed=run.seed
     )
@@ -142,6 +143,7 @@ def train_run(a, recipe: dict, run, env, device, state: dict | None, mlperf) -> 
     import torch
     from zoo.log import MetricsLogger
 
+    from retinanet.data import epoch_batches
     from retinanet.engine import evaluate, train_one_epoch
     from retinanet.model import RetinaNet, load_backbone_state
     from retinanet.step import TrainStep
@@ -160,7 +162,7 @@ def train_run(a, recipe: dict, run, env, device, state: dict | None, mlperf) -> 
         recipe, device, steps_per_epoch=steps_per_epoch, num_classes=len(category_ids),
         world_size=env.world_size, model=model,
     )  # fmt: skip
-    start_epoch = 0
+    start_epoch = start_in_epoch = 0
     if state is not None:
         parts = {
             "model": step.model,
@@ -169,7 +171,7 @@ def train_run(a, recipe: dict, run, env, device, state: dict | None, mlperf) -> 
             "scaler": step.scaler,
         }
         zoo.coco.restore_training_state(state, env.rank, **parts)
-        start_epoch = state["epoch"]
+        start_epoch, start_in_epoch = state["epoch"], state.get("step_in_epoch", 0)
     results_dir = Path(a.results_dir)
     stop = min(run.epochs, a.stop_epoch or run.epochs)
     samples_per_epoch = steps_per_epoch * zoo.coco.global_batch(recipe, env.world_size)
@@ -185,38 +187,53 @@ def train_run(a, recipe: dict, run, env, device, state: dict | None, mlperf) -> 
         targets={run.target.metric: run.target.value}, logger=log, mlperf=mlperf, env=env, device=device,
         asynchronous=a.async_eval or bool(recipe["eval"]["asynchronous"]), checkpoint=results_dir / CHECKPOINT_NAME,
     )  # fmt: skip
+
+    def save(epochs_done: int, step_in_epoch: int = 0) -> None:
+        """checkpoint.pt after ``epochs_done`` whole epochs and ``step_in_epoch`` steps of the next."""
+        training_state = {
+            "model": step.model.state_dict(), "optimizer": step.optimizer.state_dict(),
+            "scheduler": step.scheduler.state_dict(), "scaler": step.scaler.state_dict(), "epoch": epochs_done,
+            "step_in_epoch": step_in_epoch, "step": epochs_done * steps_per_epoch + step_in_epoch,
+            "recipe": recipe, "category_ids": category_ids, "settings": step.model.settings,
+        }  # fmt: skip
+        rngs = gather_objects(rng_state(), env.world_size)  # a collective: every rank takes part
+        if env.is_primary:
+            save_training_checkpoint(
+                results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs}, keep=run.keep_checkpoints
+            )
+            if not step_in_epoch:
+                evaluation.saved(epochs_done)  # a score of this epoch that beats the others: best.pt
+
+    preemption = Preemption(env.world_size, device)  # SIGTERM: checkpoint after the step, then exit 143
+
+    def after_step(done: int, in_epoch: int) -> None:
+        if preemption.requested(done):
+            # after the epoch's last step too: the resumed run ends the epoch (checkpoint, evaluation)
+            save(epoch - 1, in_epoch)
+            preemption.stop()
+
     losses, epoch = [], start_epoch
     mlperf.init_stop()
     mlperf.run_start()
-    for epoch in range(start_epoch + 1, stop + 1):
-        if getattr(train_loader, "sampler", None) is not None:
-            train_loader.sampler.set_epoch(epoch - 1)
-        mlperf.epoch_start(epoch, samples=(epoch - 1) * samples_per_epoch)
-        losses += train_one_epoch(
-            step, train_loader, log, epoch=epoch, steps=steps_per_epoch, first_step=(epoch - 1) * steps_per_epoch,
-            log_every=run.log_every, world=env.world_size,
-        )  # fmt: skip
-        mlperf.epoch_stop(epoch, samples=epoch * samples_per_epoch)
-        if (run.checkpoint_every is not None and run.checkpoint_every.due(epoch, 0)) or epoch == stop:
-            training_state = {
-                "model": step.model.state_dict(), "optimizer": step.optimizer.state_dict(),
-                "scheduler": step.scheduler.state_dict(), "scaler": step.scaler.state_dict(), "epoch": epoch,
-                "step": epoch * steps_per_epoch, "recipe": recipe, "category_ids": category_ids,
-                "settings": step.model.settings,
-            }  # fmt: skip
-            rngs = gather_objects(rng_state(), env.world_size)  # a collective: every rank takes part
-            if env.is_primary:
-                save_training_checkpoint(
-                    results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs}, keep=run.keep_checkpoints
-                )
-                evaluation.saved(epoch)  # a score of this epoch that beats the others copies it to best.pt
-        if evaluation.due(epoch):
-            evaluate(
-                step.model, val_loader, evaluation, epoch=epoch, step=epoch * steps_per_epoch,
-                category_ids=category_ids, amp=run.precision, device=device,
+    with preemption:
+        for epoch in range(start_epoch + 1, stop + 1):
+            start = start_in_epoch if epoch == start_epoch + 1 else 0  # a run resumed inside the epoch
+            batches = epoch_batches(train_loader, epoch - 1, start)
+            mlperf.epoch_start(epoch, samples=(epoch - 1) * samples_per_epoch)
+            losses += train_one_epoch(
+                step, batches, log, epoch=epoch, steps=steps_per_epoch, first_step=(epoch - 1) * steps_per_epoch,
+                log_every=run.log_every, world=env.world_size, start=start, after_step=after_step,
             )  # fmt: skip
-        if evaluation.reached(epoch):
-            break
+            mlperf.epoch_stop(epoch, samples=epoch * samples_per_epoch)
+            if (run.checkpoint_every is not None and run.checkpoint_every.due(epoch, 0)) or epoch == stop:
+                save(epoch)
+            if evaluation.due(epoch):
+                evaluate(
+                    step.model, val_loader, evaluation, epoch=epoch, step=epoch * steps_per_epoch,
+                    category_ids=category_ids, amp=run.precision, device=device,
+                )  # fmt: skip
+            if evaluation.reached(epoch):
+                break
     evaluation.finish()
     if env.is_primary:
         with atomic_write(results_dir / "model.pt") as tmp:

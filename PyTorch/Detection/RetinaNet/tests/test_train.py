@@ -114,17 +114,34 @@ def short_args(data, out, *extra):
 
 
 def test_resume_equals_unbroken_run(digits, tmp_path):
+    from zoo.testing import sigterm_at_step
+
     unbroken = train(parse_args(short_args(digits, tmp_path / "a")))
-    first = train(parse_args(short_args(digits, tmp_path / "b", "--stop-epoch", "1")))
-    assert first["epochs"] == 1
+    # SIGTERM after step 1, inside the first epoch (a scheduler's preemption): a checkpoint of that step,
+    # exit 143; the resumed run starts at the epoch's second batch and goes on as the unbroken run.
+    env = {**os.environ, "PYTHONPATH": f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}"}
+    stopped = subprocess.run(
+        sigterm_at_step(1, "retinanet.train", *short_args(digits, tmp_path / "b")),
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert stopped.returncode == 143 and "terminated (SIGTERM)" in stopped.stderr, stopped.stderr[-3000:]
+    saved = torch.load(tmp_path / "b" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert (saved["epoch"], saved["step_in_epoch"], saved["step"]) == (0, 1, 1)
     with pytest.raises(UserError, match="--resume auto"):  # never overwrites a run by default
         train(parse_args(short_args(digits, tmp_path / "b")))
     resumed = train(parse_args(short_args(digits, tmp_path / "b", "--resume", "auto")))
-    assert resumed["epochs"] == 2 and first["losses"] + resumed["losses"] == unbroken["losses"]
+    assert resumed["epochs"] == 2 and resumed["losses"] == unbroken["losses"][1:]
+    assert loss_records(tmp_path / "b") == loss_records(tmp_path / "a")  # step 1 logged before the signal
     state = resumed["model"].state_dict()
     for key, value in unbroken["model"].state_dict().items():
         torch.testing.assert_close(state[key], value, rtol=0, atol=0, msg=key)
     assert (tmp_path / "b" / "mlperf_resume1.log").is_file()
+
+
+def loss_records(results_dir) -> dict:
+    lines = (results_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return {r["step"]: r["metrics"]["loss"] for r in records if "loss" in r["metrics"]}
 
 
 RANK_SCRIPT = """
