@@ -9,6 +9,7 @@ end in one line naming the file, the annotation and the problem.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from pathlib import Path
@@ -192,14 +193,17 @@ class GroupedBatchSampler(torch.utils.data.Sampler):
     one permutation), and fills one batch per group; flips are drawn from the same seed, so a resumed
     epoch sees exactly the batches an unbroken run does. A group's last partial batch is dropped.
     Without ``shuffle`` (evaluation) the order is kept, nothing is flipped or dropped.
+    ``set_epoch(epoch, start_batch)`` starts the next pass at a batch (a run resumed inside an epoch reads
+    none of the images of the batches done); a later pass starts at the epoch's first batch again.
     """
 
     def __init__(self, groups, batch_size, *, shuffle=True, flip=True, world_size=1, rank=0, seed=0):
         self.groups, self.batch_size, self.shuffle, self.flip = list(groups), batch_size, shuffle, flip
         self.world_size, self.rank, self.seed, self.epoch = world_size, rank, seed, 0
+        self.start_batch = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.epoch, self.start_batch = epoch, start_batch
 
     def _shard(self) -> list[int]:
         order = list(range(len(self.groups)))
@@ -212,6 +216,10 @@ class GroupedBatchSampler(torch.utils.data.Sampler):
         return order[self.rank :: self.world_size]
 
     def __iter__(self):
+        start, self.start_batch = self.start_batch, 0
+        return itertools.islice(self._batches(), start, None)
+
+    def _batches(self):
         rng = random.Random((self.seed + self.epoch) * 1000003 + self.rank)
         buckets: dict[int, list] = {}
         for index in self._shard():
@@ -227,7 +235,7 @@ class GroupedBatchSampler(torch.utils.data.Sampler):
                     yield list(bucket)
 
     def __len__(self) -> int:
-        return sum(1 for _ in iter(self))
+        return sum(1 for _ in self._batches())
 
 
 def collate(batch):
@@ -241,6 +249,9 @@ def build_loader(image_dir, annotation_file, *, train, batch_size, workers=0, wo
     sampler = GroupedBatchSampler(
         ds.aspect_groups(), batch_size, shuffle=train, flip=train, world_size=world_size, rank=rank, seed=seed
     )
+    # its own generator: an iterator's worker seed is not drawn from the global one (which samples the
+    # proposals), so a run resumed inside an epoch draws what the unbroken run drew
     return torch.utils.data.DataLoader(
-        ds, batch_sampler=sampler, num_workers=workers, collate_fn=collate, persistent_workers=workers > 0
-    )
+        ds, batch_sampler=sampler, num_workers=workers, collate_fn=collate, persistent_workers=workers > 0,
+        generator=torch.Generator().manual_seed(seed + rank),
+    )  # fmt: skip

@@ -12,17 +12,19 @@ from maskrcnn.evaluate import detect_dataset
 
 
 def train_one_epoch(
-    step, loader, logger, *, epoch: int, steps: int, first_step: int, log_every: int, images_per_step: int
-):
-    """Train ``steps`` optimizer steps with ``step`` (maskrcnn.step.TrainStep), each over
-    run.accumulation micro-batches of ``loader``; the loss and its parts are read every ``log_every``
-    steps and the epoch's images/s (all ranks: ``images_per_step`` a step) logged at its end. Returns
-    the losses read."""
+    step, loader, logger, *, epoch: int, steps: int, first_step: int, log_every: int, images_per_step: int,
+    start: int = 0, after_step=None,
+):  # fmt: skip
+    """Train the epoch's optimizer steps ``start`` ... ``steps - 1`` with ``step`` (maskrcnn.step.TrainStep),
+    each over run.accumulation micro-batches of ``loader`` (whose sampler starts at step ``start``'s
+    first micro-batch), calling ``after_step(steps done in the run, in the epoch)`` after each; the loss
+    and its parts are read every ``log_every`` steps and the epoch's images/s (all ranks:
+    ``images_per_step`` a step) logged at its end. Returns the losses read."""
     step.train()
     micro_batches = iter(loader)
     losses = []
     started = time.perf_counter()
-    for i in range(steps):
+    for i in range(start, steps):
         loss, parts = step(micro_batches)
         done = first_step + i + 1
         if i % log_every == 0 or i == steps - 1:
@@ -32,7 +34,11 @@ def train_one_epoch(
             logger.log(
                 done, {"loss": value, "epoch": epoch, **{k: float(v.detach()) for k, v in parts.items()}}
             )
-    throughput = steps * images_per_step / (time.perf_counter() - started)
+        if after_step is not None:
+            after_step(done, i + 1)
+    if start == steps:  # resumed after the epoch's last step
+        return losses
+    throughput = (steps - start) * images_per_step / (time.perf_counter() - started)
     logger.log(first_step + steps, {"epoch": epoch, "throughput": throughput}, units={"throughput": "img/s"})
     return losses
 

@@ -6,8 +6,9 @@ DDP, gradient accumulation, exact resume, box/mask mAP targets, MLPerf log.
 
 The recipe's run: section gives precision, batch per GPU and accumulation, epochs, when to evaluate and
 save, the seed and the box mAP target. RESULTS_DIR/checkpoint.pt is written (write-then-rename) every
-run.checkpoint_every epochs and at a run's last epoch; ``--resume auto`` continues it exactly (model,
-optimizer, scaler, schedule, epoch, RNG states). Training stops once box mAP reaches ``--target-map``
+run.checkpoint_every epochs, at a run's last epoch and, on SIGTERM, after the step in progress (then the
+run ends with exit 143); ``--resume auto`` continues it exactly (model, optimizer, scaler, schedule,
+epoch, step in the epoch, RNG states). Training stops once box mAP reaches ``--target-map``
 (run.target) and mask mAP reaches ``eval.target_mask_map`` (MLPerf: 0.377 and 0.339).
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import zoo.cli
 import zoo.coco
-from zoo.cli import entry_point
+from zoo.cli import Preemption, entry_point
 from zoo.errors import UserError
 from zoo.io import atomic_write
 from zoo.rng import rng_state
@@ -109,7 +110,7 @@ def train(a: argparse.Namespace) -> dict:
     backbone_state = read_backbone(backbone, a.registry, recipe) if backbone and state is None else None
     env, device = init_distributed(a.device)
     if state is not None and env.is_primary:
-        print(f"resuming from {resume_from} at epoch {state['epoch']}", file=sys.stderr)
+        print(f"resuming from {resume_from} at step {state['step']}", file=sys.stderr)
     # The data is read and checked before the first file is written: a bad annotation leaves nothing.
     loaders = build_loaders(a, recipe, run, root, env, state)
     mlperf = zoo.coco.open_mlperf_log(
@@ -164,7 +165,7 @@ def train_run(a, recipe: dict, run, loaders, env, device, state, mlperf, backbon
         load_backbone_state(model, backbone_state)
     model = prepare_for_speed(model.to(device), recipe, device)
     step = TrainStep(recipe, model, device, world_size=env.world_size)
-    start_epoch = 0
+    start_epoch = start_in_epoch = 0
     if state is not None:
         parts = {
             "model": model,
@@ -173,7 +174,7 @@ def train_run(a, recipe: dict, run, loaders, env, device, state, mlperf, backbon
             "scaler": step.scaler,
         }
         zoo.coco.restore_training_state(state, env.rank, **parts)
-        start_epoch = state["epoch"]
+        start_epoch, start_in_epoch = state["epoch"], state.get("step_in_epoch", 0)
 
     results_dir = Path(a.results_dir)
     stop = min(run.epochs, a.stop_epoch or run.epochs)
@@ -201,48 +202,66 @@ def train_run(a, recipe: dict, run, loaders, env, device, state, mlperf, backbon
         asynchronous=a.async_eval,
         checkpoint=results_dir / CHECKPOINT_NAME,
     )
+
+    def save(epochs_done: int, step_in_epoch: int = 0) -> None:
+        """checkpoint.pt after ``epochs_done`` whole epochs and ``step_in_epoch`` steps of the next."""
+        training_state = {
+            "model": model.state_dict(),
+            "optimizer": step.optimizer.state_dict(),
+            "scheduler": step.scheduler.state_dict(),
+            "scaler": step.scaler.state_dict(),
+            "epoch": epochs_done,
+            "step_in_epoch": step_in_epoch,
+            "step": epochs_done * steps_per_epoch + step_in_epoch,
+            "recipe": recipe,
+            "num_classes": dataset.num_classes,
+            "category_names": dataset.category_names,
+        }
+        rngs = gather_objects(rng_state(), env.world_size)  # a collective: every rank takes part
+        if env.is_primary:
+            save_training_checkpoint(
+                results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs}, keep=run.keep_checkpoints
+            )
+            if not step_in_epoch:
+                evaluation.saved(epochs_done)  # a score of this epoch that beats the others: best.pt
+
+    preemption = Preemption(env.world_size, device)  # SIGTERM: checkpoint after the step, then exit 143
+
+    def after_step(done: int, in_epoch: int) -> None:
+        if preemption.requested(done):
+            # after the epoch's last step too: the resumed run ends the epoch (checkpoint, evaluation)
+            save(epoch - 1, in_epoch)
+            preemption.stop()
+
     losses, epoch = [], start_epoch
     mlperf.init_stop()
     mlperf.run_start()
-    for epoch in range(start_epoch + 1, stop + 1):
-        train_loader.batch_sampler.set_epoch(epoch - 1)
-        mlperf.epoch_start(epoch, samples=(epoch - 1) * samples_per_epoch)
-        first_step = (epoch - 1) * steps_per_epoch
-        losses += train_one_epoch(
-            step, train_loader, log, epoch=epoch, steps=steps_per_epoch, first_step=first_step,
-            log_every=run.log_every, images_per_step=images_per_step,
-        )  # fmt: skip
-        mlperf.epoch_stop(epoch, samples=epoch * samples_per_epoch)
-        if (run.checkpoint_every is not None and run.checkpoint_every.due(epoch, 0)) or epoch == stop:
-            training_state = {
-                "model": model.state_dict(),
-                "optimizer": step.optimizer.state_dict(),
-                "scheduler": step.scheduler.state_dict(),
-                "scaler": step.scaler.state_dict(),
-                "epoch": epoch,
-                "step": epoch * steps_per_epoch,
-                "recipe": recipe,
-                "num_classes": dataset.num_classes,
-                "category_names": dataset.category_names,
-            }
-            rngs = gather_objects(rng_state(), env.world_size)  # a collective: every rank takes part
-            if env.is_primary:
-                save_training_checkpoint(
-                    results_dir / CHECKPOINT_NAME, {**training_state, "rng": rngs}, keep=run.keep_checkpoints
+    with preemption:
+        for epoch in range(start_epoch + 1, stop + 1):
+            start = start_in_epoch if epoch == start_epoch + 1 else 0  # a run resumed inside the epoch
+            # the sampler leaves out the micro-batches of the steps done
+            train_loader.batch_sampler.set_epoch(epoch - 1, start * run.accumulation)
+            mlperf.epoch_start(epoch, samples=(epoch - 1) * samples_per_epoch)
+            first_step = (epoch - 1) * steps_per_epoch
+            losses += train_one_epoch(
+                step, train_loader, log, epoch=epoch, steps=steps_per_epoch, first_step=first_step,
+                log_every=run.log_every, images_per_step=images_per_step, start=start, after_step=after_step,
+            )  # fmt: skip
+            mlperf.epoch_stop(epoch, samples=epoch * samples_per_epoch)
+            if (run.checkpoint_every is not None and run.checkpoint_every.due(epoch, 0)) or epoch == stop:
+                save(epoch)
+            if evaluation.due(epoch):
+                evaluate(
+                    model,
+                    val_loader,
+                    evaluation,
+                    epoch=epoch,
+                    step=epoch * steps_per_epoch,
+                    amp=run.precision,
+                    device=device,
                 )
-                evaluation.saved(epoch)  # a score of this epoch that beats the others copies it to best.pt
-        if evaluation.due(epoch):
-            evaluate(
-                model,
-                val_loader,
-                evaluation,
-                epoch=epoch,
-                step=epoch * steps_per_epoch,
-                amp=run.precision,
-                device=device,
-            )
-        if evaluation.reached(epoch):
-            break
+            if evaluation.reached(epoch):
+                break
     evaluation.finish()
     if env.is_primary:
         with atomic_write(results_dir / "model.pt") as tmp:

@@ -133,10 +133,22 @@ def test_resume_continues_like_an_unbroken_run(shapes, tmp_path):
         "--set",
         "run.checkpoint_every=1 epochs",
     ]
+    from zoo.testing import sigterm_at_step
+
     whole = train(parse_args(run_args(shapes, tmp_path / "whole", *common)))
-    train(parse_args(run_args(shapes, tmp_path / "split", *common, "--stop-epoch", "1")))
+    # SIGTERM after step 1, inside the first epoch (a scheduler's preemption): a checkpoint of that step,
+    # exit 143; the resumed run starts at the epoch's second batch and goes on as the unbroken run.
+    env = {**os.environ, "PYTHONPATH": f"{MODEL_DIR}:{os.environ.get('PYTHONPATH', '')}"}
+    stopped = subprocess.run(
+        sigterm_at_step(1, "maskrcnn.train", *run_args(shapes, tmp_path / "split", *common)),
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert stopped.returncode == 143 and "terminated (SIGTERM)" in stopped.stderr, stopped.stderr[-3000:]
+    saved = torch.load(tmp_path / "split" / "checkpoint.pt", map_location="cpu", weights_only=False)
+    assert (saved["epoch"], saved["step_in_epoch"], saved["step"]) == (0, 1, 1)
     resumed = train(parse_args(run_args(shapes, tmp_path / "split", *common, "--resume", "auto")))
-    assert resumed["losses"] == whole["losses"][len(whole["losses"]) - len(resumed["losses"]) :]
+    assert resumed["losses"] == whole["losses"][1:]
+    assert loss_records(tmp_path / "split") == loss_records(tmp_path / "whole")  # step 1 before the signal
     a, b = whole["model"].state_dict(), resumed["model"].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert (tmp_path / "split" / "mlperf_resume1.log").is_file()
@@ -145,6 +157,12 @@ def test_resume_continues_like_an_unbroken_run(shapes, tmp_path):
     with pytest.raises(UserError, match="--resume auto"):
         train(parse_args(run_args(shapes, tmp_path / "split", *common)))
     assert (tmp_path / "split" / "checkpoint.pt").read_bytes() == before
+
+
+def loss_records(results_dir) -> dict:
+    lines = (results_dir / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return {r["step"]: r["metrics"]["loss"] for r in records if "loss" in r["metrics"]}
 
 
 def test_two_process_torchrun_reaches_target_and_stops(shapes, tmp_path):
