@@ -15,18 +15,13 @@ MODEL_DIR = Path(__file__).resolve().parents[1]
 RECIPE = MODEL_DIR / "configs" / "numbers_cpu.yaml"
 
 
+def train_args(data, results, *extra) -> list[str]:
+    return ["--recipe", str(RECIPE), "--data-dir", str(data), "--results-dir", str(results), "--device", "cpu",
+            *map(str, extra)]  # fmt: skip
+
+
 def run(data, results, *extra):
-    args = [
-        "--recipe",
-        str(RECIPE),
-        "--data-dir",
-        str(data),
-        "--results-dir",
-        str(results),
-        "--device",
-        "cpu",
-    ]
-    return main(args + list(extra))
+    return main(train_args(data, results, *extra))
 
 
 def test_bleu_rises_far_above_the_copy_baseline(trained, numbers_data):
@@ -70,17 +65,30 @@ def test_a_tiny_run_fails_the_mlperf_check_only_on_the_bleu_target(small_data, t
     ], report
 
 
-def test_resume_equals_an_unbroken_run(small_data, tmp_path):
-    run(small_data, tmp_path / "unbroken", "--epochs", "2")
-    run(small_data, tmp_path / "broken", "--epochs", "1")
+def test_resume_and_sigterm_equal_an_unbroken_run(small_data, tmp_path):
+    """A run of 1 epoch extended to 2 by --resume auto is sent SIGTERM mid-epoch 2 (a scheduler's
+    preemption): exit 143 with a checkpoint of that update, and --resume auto again ends with the unbroken
+    run's weights."""
+    from zoo.testing import sigterm_at_step
+
+    unbroken = run(small_data, tmp_path / "unbroken", "--epochs", "2")
+    first = run(small_data, tmp_path / "broken", "--epochs", "1")
+    at = first["step"] + first["step"] // 2  # mid-epoch 2
+    assert first["step"] < at < unbroken["step"]
+    args = train_args(small_data, tmp_path / "broken", "--epochs", "2", "--resume", "auto")
+    cmd = sigterm_at_step(at, "transformer.train", *args)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=MODEL_DIR, timeout=300)
+    assert proc.returncode == 143 and "terminated (SIGTERM)" in proc.stderr, proc.stderr[-2000:]
+    stopped = torch.load(tmp_path / "broken" / "checkpoint.pt", weights_only=False)
+    assert (stopped["step"], stopped["epoch"]) == (at, 1)
     resumed = run(small_data, tmp_path / "broken", "--epochs", "2", "--resume", "auto")
-    assert resumed["step"] > 0
+    assert resumed["step"] == unbroken["step"]
     a = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=False)["model"]
     b = torch.load(tmp_path / "broken" / "model.pt", weights_only=False)["model"]
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
-    assert (tmp_path / "broken" / "mlperf_resume1.log").is_file()
+    assert (tmp_path / "broken" / "mlperf_resume2.log").is_file()
 
 
 def test_existing_checkpoint_needs_a_resume_choice(small_data, tmp_path):

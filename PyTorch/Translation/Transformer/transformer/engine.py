@@ -11,8 +11,8 @@ from transformer.data import collate, read_parallel, token_batches
 
 
 def train_one_epoch(
-    step, train_set, epoch: int, run, *, env, logger, position: dict, save_checkpoint
-) -> None:
+    step, train_set, epoch: int, run, *, env, logger, position: dict, save_checkpoint, stop=None
+) -> bool:
     """Train ``epoch`` (1-based) of ``train_set`` with ``step`` (a :class:`~transformer.step.TrainStep`).
 
     The epoch's token batches (``run.batch_per_gpu`` padded tokens each, the same order on every rank
@@ -21,6 +21,8 @@ def train_one_epoch(
     advanced in place; a resumed run starts at its ``step_in_epoch``. Logs loss, log-perplexity,
     learning rate and tokens/s of all ranks every ``run.log_every`` updates and at the epoch's end;
     calls ``save_checkpoint()`` every ``run.checkpoint_every`` updates when that counts steps.
+    ``stop(updates_done)`` (zoo.cli.Preemption's ``requested``), asked after each update, ends the epoch
+    there (its readings logged); returns whether it did.
     """
     batches = token_batches(train_set, run.batch_per_gpu, seed=run.seed, epoch=epoch)
     per_rank = len(batches) // env.world_size
@@ -36,7 +38,8 @@ def train_one_epoch(
         position["step"] += 1
         position["step_in_epoch"] = update + 1
         tokens_seen += tokens
-        if position["step"] % run.log_every == 0 or update == updates - 1:
+        stopping = stop is not None and stop(position["step"])
+        if position["step"] % run.log_every == 0 or update == updates - 1 or stopping:
             seconds = time.perf_counter() - began
             readings = {
                 "loss": float(loss),  # the one host sync of a logged update
@@ -45,8 +48,11 @@ def train_one_epoch(
                 "throughput": tokens_seen * env.world_size / max(seconds, 1e-9),
             }
             logger.log(position["step"], readings, units={"throughput": "tokens/s"})
+        if stopping:
+            return True
         if every and every.due(epoch - 1, position["step"]):
             save_checkpoint()
+    return False
 
 
 def evaluate(model, tokenizer, data_dir, recipe: dict, device, amp: str) -> tuple[dict, str]:

@@ -163,7 +163,7 @@ def log_mlperf_settings(
 
 @entry_point
 def main(argv=None) -> dict:
-    from zoo.cli import parse_args, recipe_from_args, resolve_resume
+    from zoo.cli import Preemption, parse_args, recipe_from_args, resolve_resume
 
     args = parse_args(build_parser(), argv)
 
@@ -233,6 +233,7 @@ def main(argv=None) -> dict:
     with (
         MLPerfLogger(mlperf_path, "transformer", enabled=env.is_primary) as mlperf,
         MetricsLogger(results / "metrics.jsonl", enabled=env.is_primary) as logger,
+        Preemption(env.world_size, device) as preemption,  # SIGTERM: checkpoint the update, exit 143
     ):
         log_mlperf_settings(mlperf, recipe, run, env.world_size, len(train_set), eval_size)
         mlperf.run_start()
@@ -240,7 +241,7 @@ def main(argv=None) -> dict:
         step.net.train()
         for epoch in range(position["epoch"] + 1, run.epochs + 1):
             mlperf.epoch_start(epoch)
-            train_one_epoch(
+            preempted = train_one_epoch(
                 step,
                 train_set,
                 epoch,
@@ -249,7 +250,11 @@ def main(argv=None) -> dict:
                 logger=logger,
                 position=position,
                 save_checkpoint=save_checkpoint,
+                stop=preemption.requested,
             )
+            if preempted:  # mid-epoch: --resume auto continues with this epoch's next update
+                save_checkpoint()
+                preemption.stop()
             mlperf.epoch_stop(epoch)
             position.update(epoch=epoch, step_in_epoch=0)
             last = epoch == run.epochs
