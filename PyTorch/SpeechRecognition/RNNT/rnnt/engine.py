@@ -53,12 +53,24 @@ def epoch_loader(train_set, run, data_cfg: dict, env, epoch: int, first_update: 
 
 
 def train_one_epoch(
-    step, train_set, epoch: int, run, *, data_cfg: dict, env, logger, position: dict, save_checkpoint
-) -> None:
+    step,
+    train_set,
+    epoch: int,
+    run,
+    *,
+    data_cfg: dict,
+    env,
+    logger,
+    position: dict,
+    save_checkpoint,
+    stop=None,
+) -> bool:
     """Train ``epoch`` (1-based) with ``step`` (a :class:`~rnnt.step.TrainStep`) from its update
     ``position["step_in_epoch"]`` to its end. ``position`` (``step``, ``step_in_epoch``) advances in place.
     Logs loss, learning rate and utterances/s of all ranks every ``run.log_every`` updates and at the
-    epoch's end; calls ``save_checkpoint()`` every ``run.checkpoint_every`` updates when that counts steps."""
+    epoch's end; calls ``save_checkpoint()`` every ``run.checkpoint_every`` updates when that counts steps.
+    ``stop(updates_done)`` (zoo.cli.Preemption's ``requested``), asked after each update, ends the epoch
+    there (its readings logged); returns whether it did."""
     updates, loader = epoch_loader(train_set, run, data_cfg, env, epoch, position["step_in_epoch"])
     every = run.checkpoint_every if run.checkpoint_every and run.checkpoint_every.unit == "steps" else None
     began, utterances_seen, micro = time.perf_counter(), 0, []
@@ -71,7 +83,8 @@ def train_one_epoch(
         position["step"] += 1
         position["step_in_epoch"] += 1
         utterances_seen += utterances
-        if position["step"] % run.log_every == 0 or position["step_in_epoch"] == updates:
+        stopping = stop is not None and stop(position["step"])
+        if position["step"] % run.log_every == 0 or position["step_in_epoch"] == updates or stopping:
             seconds = time.perf_counter() - began
             readings = {
                 "loss": float(loss),
@@ -79,8 +92,11 @@ def train_one_epoch(
                 "throughput": utterances_seen * env.world_size / max(seconds, 1e-9),
             }
             logger.log(position["step"], readings, units={"throughput": "utt/s"})
+        if stopping:
+            return True
         if every and every.due(epoch - 1, position["step"]):
             save_checkpoint()
+    return False
 
 
 @torch.no_grad()

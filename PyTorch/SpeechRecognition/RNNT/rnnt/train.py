@@ -165,7 +165,7 @@ def log_mlperf_settings(
 
 @entry_point
 def main(argv=None) -> dict:
-    from zoo.cli import parse_args, recipe_from_args, resolve_resume
+    from zoo.cli import Preemption, parse_args, recipe_from_args, resolve_resume
 
     args = parse_args(build_parser(), argv)
 
@@ -246,6 +246,7 @@ def main(argv=None) -> dict:
     with (
         MLPerfLogger(mlperf_path, "rnnt", enabled=env.is_primary) as mlperf,
         MetricsLogger(results / "metrics.jsonl", enabled=env.is_primary) as logger,
+        Preemption(env.world_size, device) as preemption,  # SIGTERM: checkpoint the update, exit 143
     ):
         log_mlperf_settings(mlperf, recipe, run, env.world_size, len(train_set), len(eval_set))
         mlperf.run_start()
@@ -253,7 +254,7 @@ def main(argv=None) -> dict:
         step.train()
         for epoch in range(position["epoch"] + 1, run.epochs + 1):
             mlperf.epoch_start(epoch)
-            train_one_epoch(
+            preempted = train_one_epoch(
                 step,
                 train_set,
                 epoch,
@@ -263,7 +264,11 @@ def main(argv=None) -> dict:
                 logger=logger,
                 position=position,
                 save_checkpoint=save_checkpoint,
+                stop=preemption.requested,
             )
+            if preempted:  # mid-epoch: --resume auto continues with this epoch's next update
+                save_checkpoint()
+                preemption.stop()
             mlperf.epoch_stop(epoch)
             position.update(epoch=epoch, step_in_epoch=0)
             last, reached = epoch == run.epochs, False

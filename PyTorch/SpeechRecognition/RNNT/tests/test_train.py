@@ -60,8 +60,12 @@ def test_transcribe_sh_prints_what_evaluation_scored(trained, spoken_data):
     assert proc.stdout.strip() == expected[0]
 
 
-def test_resume_after_a_kill_equals_an_unbroken_run(spoken_data, tmp_path):
+def test_resume_after_a_kill_and_after_sigterm_equals_an_unbroken_run(spoken_data, tmp_path):
+    """kill -9 once the first checkpoint is written; the resumed run is sent SIGTERM after update 17
+    (mid-epoch 2, no checkpoint due): exit 143 with a checkpoint of update 17; --resume auto again ends
+    with the unbroken run's weights."""
     from rnnt.train import main
+    from zoo.testing import sigterm_at_step
 
     extra = ["--epochs", "2", "--set", "run.checkpoint_every=3 steps"]
     main(train_args(spoken_data, tmp_path / "unbroken", *extra))
@@ -75,13 +79,19 @@ def test_resume_after_a_kill_equals_an_unbroken_run(spoken_data, tmp_path):
     proc.wait()
     assert not (broken / "model.pt").exists(), "the run ended before it was killed"
     killed_at = torch.load(broken / "checkpoint.pt", weights_only=False)["step"]
+    assert 0 < killed_at < 17
+    cmd = sigterm_at_step(17, "rnnt.train", *train_args(spoken_data, broken, *extra, "--resume", "auto"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert proc.returncode == 143 and "terminated (SIGTERM)" in proc.stderr, proc.stderr[-2000:]
+    stopped = torch.load(broken / "checkpoint.pt", weights_only=False)
+    assert (stopped["step"], stopped["epoch"], stopped["step_in_epoch"]) == (17, 1, 5)
     summary = main(train_args(spoken_data, broken, *extra, "--resume", "auto"))
-    assert 0 < killed_at < summary["step"] == 24
+    assert summary["step"] == 24
     a = torch.load(tmp_path / "unbroken" / "model.pt", weights_only=False)["model"]
     b = torch.load(broken / "model.pt", weights_only=False)["model"]
     for key in a:
         assert torch.equal(a[key], b[key]), key
-    assert (broken / "mlperf_resume1.log").is_file()
+    assert (broken / "mlperf_resume2.log").is_file()
 
 
 def test_two_process_torchrun(spoken_data, tmp_path):
