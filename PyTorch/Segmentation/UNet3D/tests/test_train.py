@@ -38,26 +38,24 @@ def test_dice_rises_well_above_a_baseline_and_the_log_passes(prepared, trained):
     assert json.loads((out / "eval.json").read_text())["dice"] == pytest.approx(max(evals), abs=1e-5)
 
 
-def test_resume_after_a_kill_equals_an_unbroken_run(prepared, trained, tmp_path):
+def test_resume_after_a_kill_and_after_sigterm_equals_an_unbroken_run(prepared, trained, tmp_path):
+    """kill -9 after step 5 (3 steps an epoch, checkpoints every 2 steps): --resume auto redoes step 5 from
+    step 4's mid-epoch checkpoint. That run is sent SIGTERM after step 11 (mid-epoch, no checkpoint due):
+    exit 143 with a checkpoint of step 11, and --resume auto ends with the unbroken run's weights."""
+    from zoo.testing import sigterm_at_step
+
     killed = tmp_path / "killed"
-    command = [sys.executable, "-m", "unet3d.train", *TINY, "--data-dir", str(prepared)]
-    command += ["--results-dir", str(killed), "--checkpoint-every", "2", "--exit-after-steps", "7"]
+    args = [*TINY, "--data-dir", str(prepared), "--results-dir", str(killed), "--checkpoint-every", "2"]
+    command = [sys.executable, "-m", "unet3d.train", *args, "--exit-after-steps", "5"]
     done = subprocess.run(command, capture_output=True, text=True, cwd=MODEL_DIR, timeout=300)
     assert done.returncode == 137, done.stderr[-2000:]
-    main(
-        [
-            *TINY,
-            "--data-dir",
-            str(prepared),
-            "--results-dir",
-            str(killed),
-            "--resume",
-            "auto",
-            "--checkpoint-every",
-            "2",
-        ]
-    )
-    assert (killed / "mlperf_resume1.log").is_file()
+    command = sigterm_at_step(11, "unet3d.train", *args, "--resume", "auto")
+    done = subprocess.run(command, capture_output=True, text=True, cwd=MODEL_DIR, timeout=300)
+    assert done.returncode == 143 and "terminated (SIGTERM)" in done.stderr, done.stderr[-2000:]
+    stopped = torch.load(killed / "checkpoint.pt", weights_only=False)
+    assert (stopped["step"], stopped["epoch"], stopped["step_in_epoch"]) == (11, 3, 2)
+    main([*args, "--resume", "auto"])
+    assert (killed / "mlperf_resume2.log").is_file()
     unbroken = torch.load(trained / "checkpoint.pt", weights_only=False)
     resumed = torch.load(killed / "checkpoint.pt", weights_only=False)
     assert resumed["step"] == unbroken["step"] == 12

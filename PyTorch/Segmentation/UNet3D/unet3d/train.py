@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import zoo.cli
-from zoo.cli import entry_point
+from zoo.cli import Preemption, entry_point
 from zoo.dist import get_dist_env
 from zoo.errors import UserError
 from zoo.log import MetricsLogger
@@ -279,10 +279,15 @@ def train(args) -> dict:
                 keep=run.keep_checkpoints, mark_best=best,
             )  # fmt: skip
 
+    preemption = Preemption(env.world_size, device)  # SIGTERM: checkpoint after the step, then exit 143
+
     def after_step(state: TrainState) -> None:
         every = run.checkpoint_every
         if every is not None and every.unit == "steps" and every.due(state.epoch, state.step):
             save()
+        if preemption.requested(state.step):
+            save()  # mid-epoch: --resume auto continues with the next batch of this epoch
+            preemption.stop()
         if args.exit_after_steps and state.step >= args.exit_after_steps:
             sys.stderr.flush()
             os._exit(137)  # the crash test's kill: no clean-up, no final checkpoint (not a user error)
@@ -292,7 +297,7 @@ def train(args) -> dict:
     target = run.target.value if run.target.value is not None else CLOSED_TARGETS[MLPERF_BENCHMARK]
     eval_cfg = recipe["eval"]
     mlperf.init_stop()
-    with mlperf:  # an exception from here on logs run_stop "aborted"
+    with preemption, mlperf:  # an exception from here on logs run_stop "aborted"
         mlperf.run_start()
         while state.epoch < epochs:
             mlperf.epoch_start(state.epoch + 1)
