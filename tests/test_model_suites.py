@@ -9,7 +9,9 @@ failure is reported under the model's name.
 
 A README's quick start is the ```bash block after the line ``<!-- quick-start: cpu -->``. It runs in
 the model directory under ``bash -euo pipefail`` with the venv first on PATH, as the README says, and
-must leave nothing in the checkout that ``git status`` would show.
+must leave nothing in the checkout that ``git status`` would show. Its CPU time (user + system, the
+block's processes together; unlike wall time it hardly depends on the load) must agree within a factor
+of 2 with the README's "It needs about N s of CPU time".
 
 Time limits agree from the inside out: one test of a suite may take TEST_SECONDS, a whole suite
 SUITE_SECONDS, and this test (the outer pytest's limit for it) a minute more than the suite, so the
@@ -62,6 +64,34 @@ class Suite:
     stdout: str
     stderr: str
     seconds: float
+    cpu_seconds: float | None = None  # user + system time of the job's processes (None: not reported)
+
+
+# Each job runs under a bash that reports its children's CPU time (bash's `times`) after this line on
+# stderr: CPU time, unlike wall time, barely depends on what else the machine runs.
+CPU_MARK = "::cpu-times"
+WITH_CPU_TIMES = f'"$@"; code=$?; {{ echo; echo {CPU_MARK}; times; }} >&2; exit $code'
+QUICK_START_CPU = re.compile(r"needs about (\d+) s of CPU time")
+QUICK_START_CPU_FACTOR = 2.0  # the stated CPU time holds within this factor either way
+
+
+def split_cpu_times(stderr: str) -> tuple[str, float | None]:
+    """(stderr without the CPU report, the children's user + system seconds)."""
+    head, mark, tail = stderr.rpartition(f"\n{CPU_MARK}\n")
+    if not mark:
+        return stderr, None
+    lines = tail.splitlines()  # the shell's own "user sys", then its children's
+    times = re.findall(r"(\d+)m([\d.]+)s", lines[1]) if len(lines) > 1 else []
+    return head, sum(60 * int(m) + float(sec) for m, sec in times) if times else None
+
+
+def stated_cpu_seconds(model_dir: Path) -> int | None:
+    """The quick start's CPU time as its README states it ("needs about N s of CPU time")."""
+    found = QUICK_START_CPU.findall((model_dir / "README.md").read_text())
+    assert len(found) <= 1, (
+        f"{model_id(model_dir)}/README.md states the quick start's CPU time {len(found)} times"
+    )
+    return int(found[0]) if found else None
 
 
 def slowest_tests(stdout: str) -> list[str]:
@@ -137,7 +167,7 @@ class SuiteRunner:
             if self.closed:
                 return Suite(-1, "", "not run: the session stopped", 0.0)
             proc = subprocess.Popen(  # its own process group: a kill reaches the trainings it started
-                command,
+                ["bash", "-c", WITH_CPU_TIMES, "bash", *command],
                 cwd=cwd,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -156,7 +186,8 @@ class SuiteRunner:
         finally:
             with self.lock:
                 self.running.discard(proc)
-        return Suite(returncode, stdout, stderr, time.monotonic() - started)
+        stderr, cpu = split_cpu_times(stderr)
+        return Suite(returncode, stdout, stderr, time.monotonic() - started, cpu)
 
     def close(self):
         with self.lock:
@@ -233,7 +264,8 @@ def test_model_suite(model_dir, jobs):
         summary = f"timed out after {SUITE_SECONDS} s"
     else:
         summary = (suite.stdout.strip().splitlines() or ["(no output)"])[-1]
-    SUITE_TIMES[model_id(model_dir)] = (suite.seconds, summary, slowest_tests(suite.stdout))
+    cpu = f" ({suite.cpu_seconds:.0f} s of CPU)" if suite.cpu_seconds is not None else ""
+    SUITE_TIMES[model_id(model_dir)] = (suite.seconds, summary + cpu, slowest_tests(suite.stdout))
     print(f"{model_id(model_dir)}: {summary}")
     sys.stdout.flush()
     assert suite.returncode == 0, (
@@ -245,10 +277,18 @@ def test_model_suite(model_dir, jobs):
 @pytest.mark.parametrize("model_dir", [d for d in model_dirs() if quick_start(d)], ids=model_id)
 def test_readme_quick_start(model_dir, jobs):
     done = jobs["test_readme_quick_start", model_id(model_dir)].result()
-    SUITE_TIMES[f"{model_id(model_dir)} quick start"] = (done.seconds, f"exit {done.returncode}", [])
+    cpu = f", {done.cpu_seconds:.0f} s of CPU" if done.cpu_seconds is not None else ""
+    SUITE_TIMES[f"{model_id(model_dir)} quick start"] = (done.seconds, f"exit {done.returncode}{cpu}", [])
     assert done.returncode == 0, (
         f"{model_id(model_dir)}/README.md quick start failed (exit {done.returncode}, {done.seconds:.0f} s):\n"
         f"{done.stdout[-4000:]}\n{done.stderr[-3000:]}"
+    )
+    stated = stated_cpu_seconds(model_dir)
+    assert stated is not None, f"{model_id(model_dir)}/README.md does not say 'needs about N s of CPU time'"
+    assert done.cpu_seconds is not None, "the job reported no CPU time"
+    assert stated / QUICK_START_CPU_FACTOR <= done.cpu_seconds <= stated * QUICK_START_CPU_FACTOR, (
+        f"{model_id(model_dir)}/README.md says the quick start needs about {stated} s of CPU time; "
+        f"it took {done.cpu_seconds:.0f} s ({done.seconds:.0f} s wall)"
     )
 
 
@@ -257,3 +297,17 @@ def test_every_readme_has_a_cpu_quick_start(model_dir):
     assert quick_start(model_dir), (
         f"{model_id(model_dir)}/README.md has no CPU quick start: a ```bash block after <!-- quick-start: cpu -->"
     )
+
+
+def test_cpu_times_are_read_from_the_job_shell():
+    """The runner's wrapper reports the CPU time of what it ran (a child that computes for about 0.5 s),
+    keeps the exit status and leaves the job's own stderr as it was."""
+    busy = (
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\nraise SystemExit(3)"
+    )
+    done = subprocess.run(
+        ["bash", "-c", WITH_CPU_TIMES, "bash", sys.executable, "-c", busy], capture_output=True, text=True
+    )
+    stderr, cpu = split_cpu_times(done.stderr)
+    assert done.returncode == 3 and stderr == "" and 0.5 <= cpu < 5, (done.returncode, done.stderr)
+    assert split_cpu_times("no report\n") == ("no report\n", None)
