@@ -559,3 +559,27 @@ def test_load_test_refuses_other_hosts_and_bad_levels():
     assert parse_concurrency("1,4,16") == (1, 4, 16)
     with pytest.raises(Exception, match="positive integers"):
         parse_concurrency("1,x")
+
+
+def test_a_sigterm_while_the_http_client_waits_ends_in_one_line():
+    """tritonclient.http waits in gevent's loop: a SIGTERM that comes then is raised there. It reaches the
+    entry point (exit 143, one line) and gevent prints no traceback of its own."""
+    program = """
+import os, signal, threading
+import gevent
+from zoo.cli import entry_point
+from zoo.triton.client import _client_lib
+
+@entry_point
+def main():
+    _client_lib("http")
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    gevent.sleep(30)  # a request waiting for its answer
+    print("slept through the signal")
+
+main()
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143, done.stderr
+    assert "Traceback" not in done.stderr and "slept through" not in done.stdout, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("terminated (SIGTERM)"), done.stderr

@@ -110,11 +110,26 @@ def model_io(url, model, protocol: str = "http") -> tuple[list[str], list[str]]:
 def _client_lib(protocol: str):
     if protocol == "http":
         import tritonclient.http as client_lib
+
+        _interrupts_reach_the_main_greenlet()
     elif protocol == "grpc":
         import tritonclient.grpc as client_lib
     else:
         raise ValueError(f"protocol must be 'http' or 'grpc', not {protocol!r}")
     return client_lib
+
+
+def _interrupts_reach_the_main_greenlet() -> None:
+    """The HTTP client runs on gevent: a SIGTERM (``zoo.cli.Terminated``) or Ctrl-C that comes while a
+    request waits in gevent's loop is raised there, where gevent prints its traceback and goes on. As
+    system errors gevent throws them into the main greenlet instead, unprinted, where the entry point
+    reports them in one line."""
+    from gevent.hub import Hub
+
+    from zoo.cli import Terminated
+
+    Hub.SYSTEM_ERROR = tuple(dict.fromkeys((*Hub.SYSTEM_ERROR, Terminated)))
+    Hub.NOT_ERROR = tuple(dict.fromkeys((*Hub.NOT_ERROR, Terminated, KeyboardInterrupt)))
 
 
 @contextlib.contextmanager
