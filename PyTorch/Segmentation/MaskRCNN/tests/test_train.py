@@ -73,14 +73,16 @@ def test_short_run_learns_logs_and_scores(shapes, tmp_path, capsys):
     from zoo.mlperf import check_log
 
     out = tmp_path / "out"
-    summary = train(parse_args(run_args(shapes, out, "--async-eval")))
+    # 12 epochs of 4 steps: after 6 the masks of 2 of 4 seeds were still at 0 mAP; after 12 all 4 learnt
+    # (mask mAP 0.04-0.24, 2026-11-27)
+    summary = train(parse_args(run_args(shapes, out, "--async-eval", "--epochs", "12")))
     losses = summary["losses"]
-    assert len(losses) == 24
+    assert len(losses) == 48
     assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:2]) / 2, losses
     ann = shapes / "annotations" / "instances_train.json"
     data = json.loads(ann.read_text())
     baseline = coco_map(str(ann), random_results(data["images"], [1, 2, 3]))
-    stats = summary["maps"][6]
+    stats = summary["maps"][12]
     assert stats["mask_map"] > max(0.002, 2 * baseline["mask_map"]), (stats, baseline)
     # The MLPerf log of the run passes the maskrcnn compliance checker (open division).
     check_log(out / "mlperf.log", "maskrcnn")
