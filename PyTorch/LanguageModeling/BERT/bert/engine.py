@@ -1,7 +1,8 @@
 """The training loop of both BERT tasks and their evaluations, each read top to bottom.
 
     window = TrainWindow()
-    train_one_epoch(step, micro_batches, steps, log=log, window=window, end=run.steps, world_size=world)
+    train_one_epoch(step, micro_batches, steps, log=log, window=window, end=run.steps, world_size=world,
+                    stop=preemption.requested)  # True: stopped early after a step (SIGTERM)
     evaluate(model, eval_batches, device, run.precision, world_size)    # {"mlm_accuracy": fraction}
     evaluate_squad(model, recipe, tokenizer, predict_file, device, results)   # {"exact_match", "f1"} %
 
@@ -39,10 +40,14 @@ class TrainWindow:
     throughputs: list = dataclasses.field(default_factory=list)
 
 
-def train_one_epoch(step, micro_batches, steps: int, *, log, window: TrainWindow, end: int, world_size: int):
+def train_one_epoch(
+    step, micro_batches, steps: int, *, log, window: TrainWindow, end: int, world_size: int, stop=None
+) -> bool:
     """``steps`` optimizer steps of ``step`` (bert.step.TrainStep) over the iterator ``micro_batches``.
     Every ``run.log_every`` steps and at step ``end`` logs the window's mean losses over every rank, the
-    learning rate and the sequences per second of all ranks (time outside this function not counted)."""
+    learning rate and the sequences per second of all ranks (time outside this function not counted).
+    ``stop(steps_done)`` (zoo.cli.Preemption's ``requested``) ends it early after a step; returns whether
+    it did."""
     began = time.perf_counter()
     for _ in range(steps):
         losses, sequences = step(micro_batches)
@@ -60,7 +65,11 @@ def train_one_epoch(step, micro_batches, steps: int, *, log, window: TrainWindow
             window.throughputs.append(throughput)
             window.sums, window.steps, window.sequences, window.seconds = {}, 0, 0, 0.0
             began = time.perf_counter()
+        if stop is not None and stop(done):
+            window.seconds += time.perf_counter() - began
+            return True
     window.seconds += time.perf_counter() - began
+    return False
 
 
 def mean_over_ranks(sums: dict, steps: int, world_size: int) -> dict[str, float]:

@@ -27,7 +27,7 @@ from zoo.bert import (
     steps_to_stop,
 )
 from zoo.checkpoints import CheckpointError
-from zoo.cli import entry_point, resolve_resume
+from zoo.cli import Preemption, entry_point, resolve_resume
 from zoo.cli import parse_args as parse_cli_args
 from zoo.errors import UserError
 from zoo.io import atomic_write
@@ -224,7 +224,9 @@ def train(
 ) -> BertForPreTraining:  # fmt: skip
     """Build the model (from ``init_state``) and its training step, continue the ``resumed`` checkpoint
     if given, and train to run.steps, the target MLM accuracy or ``--stop-after``: the engine's loop up
-    to each evaluation or checkpoint. Writes checkpoint.pt, model.pt and the logs."""
+    to each evaluation or checkpoint. Writes checkpoint.pt, model.pt and the logs. A SIGTERM
+    (zoo.cli.Preemption) writes checkpoint.pt of the step in progress once it is done, then ends with
+    exit 143; ``--resume auto`` continues from that step."""
     import torch
 
     from bert.data import PretrainingBatches, ShardError
@@ -275,31 +277,39 @@ def train(
     mlperf.init_stop()
     mlperf.run_start()
     model.train()
-    while step.step_count < end and not reached:
-        blocks.start(step.step_count)
-        todo = steps_to_stop(step.step_count, end, eval_every, run.checkpoint_every)
-        try:
-            train_one_epoch(
-                step, loader, todo, log=log, window=window, end=run.steps, world_size=env.world_size
-            )
-        except ShardError as e:  # a shard damaged after the start-up check: keep the work done
-            if env.is_primary:
+    with Preemption(env.world_size, device) as preemption:
+        while step.step_count < end and not reached:
+            blocks.start(step.step_count)
+            todo = steps_to_stop(step.step_count, end, eval_every, run.checkpoint_every)
+            try:
+                preempted = train_one_epoch(
+                    step, loader, todo, log=log, window=window, end=run.steps, world_size=env.world_size,
+                    stop=preemption.requested,
+                )  # fmt: skip
+            except ShardError as e:  # a shard damaged after the start-up check: keep the work done
+                if env.is_primary:
+                    save()
+                cause = str(e).strip().splitlines()[-1].split("ShardError: ", 1)[-1]  # a worker's, too
+                raise UserError(
+                    f"{cause}; step {step.step_count} saved in {checkpoint_path}: prepare the data again, "
+                    "then --resume auto"
+                ) from None
+            if preempted:  # SIGTERM: checkpoint this step, then exit 143; --resume auto continues here
+                if env.is_primary:
+                    save()
+                blocks.close()
+                log.close(summary=False)
+                preemption.stop()
+            done = step.step_count
+            # every eval_every steps, and at the end of this run: its log reports the quality it left
+            if eval_batches is not None and (due(eval_every, done) or done == end):
+                blocks.eval_start(done)
+                metrics = evaluate(model, eval_batches, device, run.precision, env.world_size, env.is_primary)
+                blocks.eval_stop(done, metrics["mlm_accuracy"])
+                log.log(done, metrics, phase="eval")
+                reached = run.target.reached(metrics["mlm_accuracy"])
+            if env.is_primary and due(run.checkpoint_every, done) and done < end and not reached:
                 save()
-            cause = str(e).strip().splitlines()[-1].split("ShardError: ", 1)[-1]  # a worker's, too
-            raise UserError(
-                f"{cause}; step {step.step_count} saved in {checkpoint_path}: prepare the data again, "
-                "then --resume auto"
-            ) from None
-        done = step.step_count
-        # every eval_every steps, and at the end of this run: its log reports the quality it left
-        if eval_batches is not None and (due(eval_every, done) or done == end):
-            blocks.eval_start(done)
-            metrics = evaluate(model, eval_batches, device, run.precision, env.world_size, env.is_primary)
-            blocks.eval_stop(done, metrics["mlm_accuracy"])
-            log.log(done, metrics, phase="eval")
-            reached = run.target.reached(metrics["mlm_accuracy"])
-        if env.is_primary and due(run.checkpoint_every, done) and done < end and not reached:
-            save()
     blocks.close()  # no evaluation data
     finished = step.step_count == run.steps and run.target.value is None
     mlperf.run_stop("success" if reached or finished else "aborted")

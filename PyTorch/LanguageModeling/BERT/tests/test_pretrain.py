@@ -84,25 +84,42 @@ def test_tensorboard_events_hold_the_logged_scalars(phase1):
 
 
 def test_resume_continues_exactly(packed_data, tmp_path):
-    args = ("--steps", "8", "--log-every", "4", "--checkpoint-every", "2")
+    """--stop-after 4, then a resumed run sent SIGTERM after step 7 (a scheduler's preemption, between two
+    scheduled checkpoints): exit 143 with a checkpoint of step 7; resumed again, every step's losses and
+    the final weights are the unbroken run's."""
+    from zoo.testing import sigterm_at_step
+
+    args = ("--steps", "8", "--log-every", "1", "--checkpoint-every", "2")
     run(packed_data, tmp_path / "whole", *args)
-    run(packed_data, tmp_path / "broken", *args, "--stop-after", "4")
-    assert torch.load(tmp_path / "broken" / "checkpoint.pt", weights_only=False)["step"] == 4
+    broken = tmp_path / "broken"
+    run(packed_data, broken, *args, "--stop-after", "4")
+    assert torch.load(broken / "checkpoint.pt", weights_only=False)["step"] == 4
     with pytest.raises(SystemExit, match="checkpoint.pt exists: pass --resume auto to continue it"):
-        run(packed_data, tmp_path / "broken", *args)  # no --resume: finished work is never overwritten
-    run(packed_data, tmp_path / "broken", *args, "--resume", "auto")
-    # one MLPerf run per file: the resumed run writes its own log, and both pass the checker
-    for log in ("mlperf.log", "mlperf_resume1.log"):
-        check_log(tmp_path / "broken" / log, "bert")
-    assert run_status(tmp_path / "broken" / "mlperf.log") == ["aborted"]  # left at --stop-after
-    assert run_status(tmp_path / "broken" / "mlperf_resume1.log") == ["success"]
+        run(packed_data, broken, *args)  # no --resume: finished work is never overwritten
+    cmd = sigterm_at_step(
+        7, "bert.pretrain", "--recipe", TINY, "--data-dir", packed_data, "--results-dir", broken,
+        "--device", "cpu", *args, "--resume", "auto",
+    )  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=MODEL_DIR, env=env, timeout=300)
+    assert proc.returncode == 143 and "terminated (SIGTERM)" in proc.stderr, proc.stderr[-2000:]
+    assert torch.load(broken / "checkpoint.pt", weights_only=False)["step"] == 7
+    run(packed_data, broken, *args, "--resume", "auto")
+    # one MLPerf run per file: each resumed run writes its own log; those that evaluated pass the checker
+    for log in ("mlperf.log", "mlperf_resume2.log"):
+        check_log(broken / log, "bert")
+    assert run_status(broken / "mlperf.log") == ["aborted"]  # left at --stop-after
+    assert run_status(broken / "mlperf_resume1.log") == ["aborted"]  # SIGTERM, before any evaluation
+    assert run_status(broken / "mlperf_resume2.log") == ["success"]
     whole = torch.load(tmp_path / "whole" / "model.pt", weights_only=True)["model"]
-    broken = torch.load(tmp_path / "broken" / "model.pt", weights_only=True)["model"]
+    resumed = torch.load(broken / "model.pt", weights_only=True)["model"]
     for key in whole:
-        assert torch.equal(whole[key], broken[key]), key
-    assert (
-        train_metrics(tmp_path / "whole")[8]["loss_mlm"] == train_metrics(tmp_path / "broken")[8]["loss_mlm"]
-    )
+        assert torch.equal(whole[key], resumed[key]), key
+    losses = {
+        name: {s: {k: m[k] for k in ("loss", "loss_mlm", "lr")} for s, m in train_metrics(name).items()}
+        for name in (tmp_path / "whole", broken)
+    }
+    assert sorted(losses[broken]) == list(range(1, 9)) and losses[broken] == losses[tmp_path / "whole"]
 
 
 def test_phase_two_starts_from_phase_one_weights(phase1, tmp_path, english_text, tiny_vocab):
