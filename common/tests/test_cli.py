@@ -201,6 +201,54 @@ def test_sigterm_runs_the_cleanup_and_ends_in_one_line(tmp_path):
     assert not (tmp_path / "scratch.tmp").exists()  # the finally block ran
 
 
+WORKER_PROGRAM = r"""
+import time
+from multiprocessing import get_context
+from zoo.cli import Preemption, entry_point
+
+def worker(conn):
+    conn.send("started")
+    time.sleep(1.0)  # loading the step's batch while the signal comes
+    conn.send("batch")
+
+@entry_point
+def main():
+    with Preemption() as preemption:
+        receive, send = get_context("fork").Pipe()
+        loader = get_context("fork").Process(target=worker, args=(send,))
+        loader.start()
+        send.close()  # a worker that dies ends the wait below (EOFError)
+        assert receive.recv() == "started"
+        print(loader.pid, flush=True)
+        print(receive.recv(), flush=True)
+        loader.join()
+        print("worker exit", loader.exitcode, flush=True)
+        if preemption.requested(1):
+            preemption.stop()
+
+main()
+"""
+
+
+def test_a_sigterm_to_every_process_leaves_a_checkpointing_loop_its_data_workers():
+    """A scheduler signals every process of the job: a worker forked inside a Preemption keeps loading,
+    so that the step in progress ends and is checkpointed before the run stops (exit 143)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WORKER_PROGRAM], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    worker = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGTERM)
+    os.kill(worker, signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert out.split("\n")[:2] == ["batch", "worker exit 0"], (out, err)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+
+
 def test_an_entry_point_called_in_process_leaves_sigterm_as_it_found_it():
     import signal
 

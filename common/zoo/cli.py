@@ -332,7 +332,9 @@ class Preemption:
 def _raise_on_sigterm() -> bool:
     """Make SIGTERM raise :class:`Terminated` in this process's main thread. Processes forked later
     (data-loader workers, a background scorer) keep the default action: the handler re-sends the signal
-    there after restoring it. Returns whether the handler was installed (the default action was set)."""
+    there after restoring it; those forked inside a :class:`Preemption` ignore it (the loop that forked
+    them ends them after its checkpoint). Returns whether the handler was installed (the default action
+    was set)."""
     import signal
     import threading
 
@@ -344,6 +346,10 @@ def _raise_on_sigterm() -> bool:
 
     def handler(signum, frame):
         if os.getpid() != owner:
+            if Preemption.active is not None:
+                # a data-loader worker forked by a loop that checkpoints: a scheduler signals every process
+                # of the job, and the loop needs its batches until the step ends; it stops its workers
+                return
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
