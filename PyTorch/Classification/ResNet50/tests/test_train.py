@@ -286,8 +286,8 @@ def test_two_nodes_train_as_one_node(tmp_path, digits16):
 
     result = check()
     if result.returncode != 0 and "ChildFailedError" in result.stderr:
-        # A launch that crashed (once in CI, 2026-11-27, rank 0 exit 1 after training; not reproduced in 16
-        # runs on a loaded machine) is reported and launched again; different losses fail at once.
+        # A launch that crashed (once in CI, 2026-11-27, rank 0 exit 1 after training; not reproduced in 12
+        # runs, 8 of them beside three busy loops) is reported and launched again; different losses fail at once.
         warnings.warn(f"check_two_nodes.sh crashed, run again:\n{_first_error(result.stderr)}", stacklevel=1)
         result = check()
     assert result.returncode == 0, result.stdout[-2000:] + _first_error(result.stderr) + result.stderr[-1500:]
