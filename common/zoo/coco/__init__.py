@@ -13,6 +13,8 @@ own; their names are imported here, so ``zoo.coco.NAME`` reaches all of them:
   learning_rate), the COCO folders (data_root, split_paths), backbone weights (load_backbone), the
   MLPerf log's start (open_mlperf_log) and a training checkpoint loaded back into its parts
   (restore_training_state);
+- zoo.coco.sampling (imported by its own name: it imports torch): a training epoch's batches from the
+  step a resumed run starts at (EpochSampler, epoch_batches);
 - zoo.coco.shapes: the generated shapes set (make_shapes_coco, shapes_main);
 - zoo.coco.tools, the scripts beside training: the download command (download_main), drawing colours
   and image reading (PALETTE, read_image), evaluate.py's flags, split and scores (add_evaluate_args,

@@ -9,14 +9,14 @@ with -1; the step matches them to the anchors on the device.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
+from zoo.coco.sampling import EpochSampler
 from zoo.errors import UserError, one_line
 
 from retinanet.model import MEAN, STD
@@ -153,36 +153,6 @@ def build_loader(image_dir, annotation_file, *, train: bool, batch_size: int, im
         pin_memory=torch.cuda.is_available(), drop_last=train, persistent_workers=workers > 0,
         generator=torch.Generator().manual_seed(seed + rank),
     )  # fmt: skip
-
-
-class EpochSampler(DistributedSampler):
-    """A DistributedSampler whose next pass can start at a batch (``set_epoch(epoch, start_batch)``): a
-    run resumed inside an epoch reads none of the images of the batches done. The start holds for one
-    pass; a later one starts at the epoch's first batch again."""
-
-    def __init__(self, *args, batch_size: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.batch_size, self.start_batch = batch_size, 0
-
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        super().set_epoch(epoch)
-        self.start_batch = start_batch
-
-    def __iter__(self):
-        start, self.start_batch = self.start_batch, 0
-        return itertools.islice(super().__iter__(), start * self.batch_size, None)
-
-
-def epoch_batches(loader, epoch: int, start: int = 0):
-    """``loader``'s batches of ``epoch`` (counted from 0) from batch ``start`` on: the PyTorch loader's
-    sampler leaves the batches done out; synthetic batches before ``start`` are dropped."""
-    sampler = getattr(loader, "sampler", None)
-    if isinstance(sampler, EpochSampler):
-        sampler.set_epoch(epoch, start)
-        return iter(loader)
-    if hasattr(sampler, "set_epoch"):
-        sampler.set_epoch(epoch)
-    return itertools.islice(iter(loader), start, None)
 
 
 class SyntheticLoader:

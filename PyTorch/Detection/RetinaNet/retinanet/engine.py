@@ -17,7 +17,7 @@ from retinanet.evaluate import detect_dataset
 def train_one_epoch(step, batches, logger, *, epoch: int, steps: int, first_step: int, log_every: int,
                     world: int, start: int = 0, after_step=None) -> list[float]:  # fmt: skip
     """Train the epoch's optimizer steps ``start`` ... ``steps - 1`` on ``batches`` (batch per GPU x
-    accumulation images each, from the epoch's batch ``start``: retinanet.data.epoch_batches) with
+    accumulation images each, from the epoch's batch ``start``: zoo.coco.sampling.epoch_batches) with
     ``step`` (retinanet.step.TrainStep), calling ``after_step(steps done in the run, in the epoch)``
     after each; the loss is read every ``log_every`` steps and the epoch's images/s (all ranks) logged
     at its end. Returns the losses read."""

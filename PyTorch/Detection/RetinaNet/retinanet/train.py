@@ -141,9 +141,9 @@ def train(a: argparse.Namespace) -> dict:
 def train_run(a, recipe: dict, run, env, device, state: dict | None, mlperf) -> dict:
     """The run itself, inside ``mlperf``'s init_start ... run_stop; ``state`` a checkpoint to continue."""
     import torch
+    from zoo.coco.sampling import epoch_batches
     from zoo.log import MetricsLogger
 
-    from retinanet.data import epoch_batches
     from retinanet.engine import evaluate, train_one_epoch
     from retinanet.model import RetinaNet, load_backbone_state
     from retinanet.step import TrainStep

@@ -8,7 +8,6 @@ the default boxes on the device (:func:`ssd.boxes.match`), once per batch.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import os
@@ -16,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset
+from zoo.coco.sampling import EpochSampler
 from zoo.errors import UserError, one_line
 
 MEAN = (0.485, 0.456, 0.406)
@@ -160,37 +160,6 @@ def collate(samples) -> Batch:
         pb[i, : len(lab)] = b
         pl[i, : len(lab)] = lab
     return Batch(torch.stack(images), pb, pl, torch.tensor(ids), torch.tensor(sizes))
-
-
-class EpochSampler(DistributedSampler):
-    """A DistributedSampler whose next pass can start at a batch (``set_epoch(epoch, start_batch)``): a
-    run resumed inside an epoch reads none of the images of the batches done. The start holds for one
-    pass; a later one (precise BatchNorm statistics) starts at the epoch's first batch again."""
-
-    def __init__(self, *args, batch_size: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.batch_size, self.start_batch = batch_size, 0
-
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        super().set_epoch(epoch)
-        self.start_batch = start_batch
-
-    def __iter__(self):
-        start, self.start_batch = self.start_batch, 0
-        return itertools.islice(super().__iter__(), start * self.batch_size, None)
-
-
-def epoch_batches(loader, epoch: int, start: int = 0):
-    """``loader``'s batches of ``epoch`` (counted from 0) from batch ``start`` on: the PyTorch loader's
-    sampler leaves the batches done out; synthetic and DALI batches before ``start`` are made and
-    dropped (DALI's own random stream then goes on as in an unbroken run)."""
-    sampler = getattr(loader, "sampler", None)
-    if isinstance(sampler, EpochSampler):
-        sampler.set_epoch(epoch, start)
-        return iter(loader)
-    if hasattr(sampler, "set_epoch"):
-        sampler.set_epoch(epoch)
-    return itertools.islice(iter(loader), start, None)
 
 
 def build_loader(

@@ -21,7 +21,7 @@ def train_one_epoch(
     start: int = 0, after_step=None,
 ):  # fmt: skip
     """Train the epoch's optimizer steps ``start`` ... ``steps - 1`` on ``batches`` (batch per GPU x
-    accumulation images each, from the epoch's batch ``start``: ssd.data.epoch_batches) with ``step``
+    accumulation images each, from the epoch's batch ``start``: zoo.coco.sampling.epoch_batches) with ``step``
     (ssd.step.TrainStep), calling ``after_step(steps done in the run, in the epoch)`` after each; the
     loss is read every ``log_every`` steps and the epoch's images/s (all ranks) logged at its end.
     Returns the losses read."""

@@ -175,9 +175,9 @@ def train(a: argparse.Namespace) -> dict:
 def train_run(a: argparse.Namespace, recipe: dict, run, env, device, state: dict | None, mlperf) -> dict:
     """The run itself, inside ``mlperf``'s init_start ... run_stop; ``state`` a checkpoint to continue."""
     import torch
+    from zoo.coco.sampling import epoch_batches
     from zoo.log import MetricsLogger
 
-    from ssd.data import epoch_batches
     from ssd.engine import evaluate, train_one_epoch
     from ssd.model import SSD300
     from ssd.step import TrainStep
