@@ -26,6 +26,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -150,14 +151,18 @@ class SuiteRunner:
     def quick_start(self, model_dir: Path) -> Suite:
         before = untracked(model_dir)
         block = quick_start(model_dir)
-        done = self.run(["bash", "-euo", "pipefail", "-c", block], model_dir, model_dir, QUICK_START_SECONDS)
+        # its `mktemp -d` lands in a folder removed afterwards: each quick start leaves ~0.5 GB of data,
+        # results and model repository, and CI's machine keeps /tmp between runs
+        with tempfile.TemporaryDirectory(prefix=f"quick-start-{model_dir.name}-") as scratch:
+            command = ["bash", "-euo", "pipefail", "-c", block]
+            done = self.run(command, model_dir, model_dir, QUICK_START_SECONDS, {"TMPDIR": scratch})
         left = sorted(untracked(model_dir) - before)
         if left and done.returncode == 0:
             done.returncode, done.stderr = 1, done.stderr + f"\nleft in the checkout: {left}"
         return done
 
-    def run(self, command: list[str], cwd: Path, model_dir: Path, seconds: float) -> Suite:
-        env = model_env(model_dir)
+    def run(self, command: list[str], cwd: Path, model_dir: Path, seconds: float, extra_env=None) -> Suite:
+        env = model_env(model_dir) | (extra_env or {})
         env["OMP_NUM_THREADS"] = "1"  # two jobs on 2 cores: more threads than cores made tests 3-14x slower
         env["TF_NUM_INTRAOP_THREADS"] = "1"
         env["TF_ENABLE_ONEDNN_OPTS"] = "1"  # as the TensorFlow scripts set it: 7x faster CPU training steps
