@@ -4,7 +4,7 @@
 # Wheels in .whl/ (the model requirements the machine lacks) are installed under /tmp/site first.
 # usage: bash tests/gpu_round.sh SET
 #   a, b: the 1-GPU benchmarks against each model's baseline (each set under 10 minutes on an H100)
-#   c, d, e: reruns with longer limits or one peer;  s: --gpus 1,2 scaling of five models (needs 2 GPUs)
+#   c, d, e, f: reruns with longer limits or one peer;  s: --gpus 1,2 scaling of five models (needs 2 GPUs)
 set -uo pipefail
 ROOT=$(pwd)
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -48,6 +48,12 @@ run retinanet PyTorch/Detection/RetinaNet 60 --amp bf16 --batch-size 16 --warmup
 run unet3d PyTorch/Segmentation/UNet3D 50 --recipe configs/unet3d_kits19_1gpu.yaml --amp bf16 --warmup 3 --iters 15
 run maskrcnn PyTorch/Segmentation/MaskRCNN 70 --mode train --batch-size 8 --image-size 800 --amp bf16 --warmup 5 --iters 15
 run gpt PyTorch/LanguageModeling/GPT 80 --recipe configs/gpt3_1p3b.yaml --amp bf16 --batch-size 4 --accumulation 1 --steps 20 --warmup 5
+fi
+if [[ $SET == f ]]; then  # after a and b on the same warm machine: what they cut at their limits
+run ssd PyTorch/Detection/SSD 150 --batch-size 64 --amp bf16 --warmup 3 --iters 12 --windows 3
+run dlrm PyTorch/Recommendation/DLRM 90 --recipe configs/dlrm_dcnv2_mlperf_v3.yaml --set model.embeddings=plain --amp bf16 --batch-size 65536 --rows 1000000 --warmup 5 --iters 20 --windows 3
+run efficientnet PyTorch/Classification/EfficientNet 150 --mode train --models ours --iters 20 --windows 3 --warmup 10
+run bert PyTorch/LanguageModeling/BERT 130 --models hf --warmup 5 --iters 20 --windows 3
 fi
 if [[ $SET == s ]]; then
 W="--window-seconds 10 --windows 1"
