@@ -318,3 +318,23 @@ def test_a_sigterm_to_one_rank_stops_every_rank_after_the_same_step(tmp_path):
         done.stdout + done.stderr[-3000:]
     )
     assert done.stderr.count("terminated (SIGTERM)") == 2, done.stderr[-3000:]
+
+
+def test_ranks_of_another_framework_agree_through_its_collective():
+    """``agree`` stands for TensorFlow's or MXNet's collective: asked at the same steps on every process,
+    once more as the barrier in stop; another rank's flag stops this one too."""
+    import pytest
+    from zoo.cli import Preemption, Terminated
+
+    asked = []
+
+    def agree(flag):  # the other rank was signalled before step 8
+        asked.append(flag)
+        return flag or len(asked) >= 2
+
+    with Preemption(2, every=4, agree=agree) as preemption:
+        stops = [step for step in range(1, 13) if preemption.requested(step)]
+        assert asked == [False, False, True] and stops == [8, 12]  # steps 4, 8, 12; the flag stays set
+        with pytest.raises(Terminated):
+            preemption.stop()
+    assert asked[-1] is True and len(asked) == 4

@@ -290,12 +290,16 @@ class Preemption:
     steps, at the same steps on every rank, so all of them stop after the same step; one rank alone reads
     its own flag at each step. A second SIGTERM while the checkpoint is written is ignored (SIGKILL is
     not); one that comes during an evaluation is taken at the next training step.
+
+    ``world`` counts processes. They agree through torch.distributed (a MAX all-reduce on ``device``),
+    or through ``agree(flag) -> bool``, any process's flag, for another framework's collective
+    (TensorFlow's strategy, MXNet's kvstore); ``stop`` calls it once more as the barrier.
     """
 
     active: Preemption | None = None
 
-    def __init__(self, world: int = 1, device=None, every: int = 10):
-        self.world, self.device, self.every = world, device, max(1, every)
+    def __init__(self, world: int = 1, device=None, every: int = 10, agree=None):
+        self.world, self.device, self.every, self.agree = world, device, max(1, every), agree
         self.signalled = False
 
     def __enter__(self) -> Preemption:
@@ -311,6 +315,9 @@ class Preemption:
             return self.signalled
         if step % self.every:
             return False
+        if self.agree is not None:
+            self.signalled = bool(self.agree(self.signalled))
+            return self.signalled
         import torch
         import torch.distributed as dist
 
@@ -321,7 +328,9 @@ class Preemption:
 
     def stop(self) -> None:
         """End every rank together, after the checkpoint is written (raises Terminated)."""
-        if self.world > 1:
+        if self.world > 1 and self.agree is not None:
+            self.agree(True)  # a collective: every process is here, so rank 0 has written the checkpoint
+        elif self.world > 1:
             import torch.distributed as dist
 
             dist.barrier()  # rank 0 has written the checkpoint
