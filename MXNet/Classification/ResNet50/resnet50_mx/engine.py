@@ -14,11 +14,17 @@ from zoo.errors import UserError
 
 
 def train_one_epoch(step, loader, *, first_step: int, steps_per_epoch: int, lr_at, run, logger,
-                    world: int) -> tuple[int, dict]:  # fmt: skip
+                    world: int, skip: int = 0, preemption=None, save=None) -> tuple[int, dict]:  # fmt: skip
     """Up to ``steps_per_epoch`` batches of ``loader`` through ``step`` (the TrainStep), at the learning
-    rate ``lr_at(steps done)``. Every ``run.log_every`` steps and at the end, the mean loss and train top-1
-    (%) of the images since the last reading, the learning rate and the throughput of all ``world``
-    processes go to ``logger``. Returns (steps done, the last reading)."""
+    rate ``lr_at(steps done)``. Every ``run.log_every`` steps of the epoch and at the end, the mean loss and
+    train top-1 (%) of the images since the last reading, the learning rate and the throughput of all
+    ``world`` processes go to ``logger``. Returns (steps done, the last reading).
+
+    ``skip``: the epoch's first batches were trained on before a preemption (a mid-epoch checkpoint): they
+    are read and dropped, so that the epoch's other batches come in the unbroken run's order.
+    ``preemption`` (a zoo.cli.Preemption) is asked after every step; when it asks to stop, the pending
+    reading is logged, ``save(steps done, steps done in this epoch)`` writes the checkpoint and
+    ``preemption.stop()`` ends the run."""
     done, pending, reading, started = first_step, [], {}, time.time()
 
     def read_pending() -> dict:  # reading values waits for the devices: only now and then
@@ -33,17 +39,27 @@ def train_one_epoch(step, loader, *, first_step: int, steps_per_epoch: int, lr_a
     for i, (data, label, _pad) in enumerate(loader):
         if i >= steps_per_epoch:
             break
+        if i < skip:
+            started = time.time()
+            continue
         lr = lr_at(done)
         loss, hits = step(data, label, lr)
         done += 1
         pending.append((loss, hits, data.shape[0]))
-        if len(pending) >= run.log_every:
+        # readings counted from the epoch's start: a resumed epoch logs at the unbroken run's steps
+        if (i + 1) % run.log_every == 0:
             reading = read_pending()
             logger.log(done, reading, units={"throughput": "img/s"})
             pending, started = [], time.time()
         logger.progress(
             done, data.shape[0] * world, {"loss": reading["loss"], "lr": lr} if reading else {"lr": lr}
         )
+        if preemption is not None and preemption.requested(done):
+            if pending:
+                logger.log(done, read_pending(), units={"throughput": "img/s"})
+            mx.nd.waitall()  # as at the epoch's end (below), before the parameters are saved
+            save(done, i + 1)
+            preemption.stop()
     if pending:
         reading = read_pending()
         logger.log(done, reading, units={"throughput": "img/s"})

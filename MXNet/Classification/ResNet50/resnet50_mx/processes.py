@@ -8,6 +8,9 @@ devices and processes.
     ``resnet50_mx.launch`` or a cluster scheduler sets them). Scheduler and server processes serve inside
     ``import mxnet`` and never reach the training loop; workers use kvstore ``dist_sync``;
   * ``--horovod``: Horovod's MXNet binding where it is installed (one process per GPU).
+
+A SIGTERM is taken at a step boundary (``Processes.preemption``, a zoo.cli.Preemption): the processes
+agree on it through the kvstore (or Horovod's allreduce), so that all of them stop after the same step.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ import os
 
 import mxnet as mx
 from zoo.errors import UserError, one_line
+
+# The kvstore key through which workers agree on a preemption: an int, as the trainer's keys (its
+# parameters' indices) are, and past all of them.
+PREEMPTION_KEY = 1 << 20
 
 
 def parse_gpus(value: str | None) -> list[int]:
@@ -67,3 +74,29 @@ class Processes:
     def barrier(self):
         if self.kv is not None and self.world > 1:
             self.kv._barrier()
+
+    def preemption(self):
+        """A zoo.cli.Preemption for this job. With several processes their flags are summed through the
+        kvstore (a push and a pull of one number under PREEMPTION_KEY; dist_sync sums what every worker
+        pushed) or Horovod's allreduce, at the same steps on every process. Creating it is a collective
+        with the kvstore (the key's init): every worker calls it at the same point."""
+        from zoo.cli import Preemption
+
+        if self.world == 1:
+            return Preemption()
+        if self.hvd is not None:  # not run by the tests (no Horovod here)
+            hvd = self.hvd
+            return Preemption(
+                self.world,
+                agree=lambda flag: hvd.allreduce(mx.nd.array([float(flag)]), average=False, name="preemption")
+                .asscalar() > 0,
+            )  # fmt: skip
+        self.kv.init(PREEMPTION_KEY, mx.nd.zeros((1,)))
+        return Preemption(self.world, agree=self._any_flag)
+
+    def _any_flag(self, flag: bool) -> bool:
+        """Whether any worker's ``flag`` is set (every worker calls it together)."""
+        self.kv.push(PREEMPTION_KEY, mx.nd.array([float(flag)]))
+        total = mx.nd.zeros((1,))
+        self.kv.pull(PREEMPTION_KEY, out=total)
+        return float(total.asscalar()) > 0

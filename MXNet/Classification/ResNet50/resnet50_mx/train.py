@@ -4,7 +4,11 @@ devices, processes and nodes are joined).
 Checkpoints (zoo.mx.save_training_checkpoint: parameters, trainer states, the loss scaler's state, epoch
 and step) are written at the end of every epoch of run.checkpoint_every; the data order, augmentation and
 MXNet RNG of an epoch are seeded from the epoch number, so ``--resume`` continues exactly the run that was
-interrupted. The loop is engine.py's, the step step.py's; this module parses, builds and wires them.
+interrupted. A SIGTERM (a scheduler's preemption) is taken after the step in progress through
+zoo.cli.Preemption: every process stops after the same step, a checkpoint of that step (with the steps
+done in its epoch, ``step_in_epoch``) is written and the run ends with exit status 143; ``--resume auto``
+skips the epoch's batches already trained on and continues as the unbroken run would. The loop is
+engine.py's, the step step.py's; this module parses, builds and wires them.
 """
 
 from __future__ import annotations
@@ -198,11 +202,13 @@ def run_training(recipe: dict, args) -> dict:
         )
         net.initialize(mx.init.MSRAPrelu(factor_type="in", slope=0.0), ctx=ctx)
         trainer = build_trainer(net, recipe, procs, run.precision, base_lr)
-        start_epoch, step, best = 0, 0, {}
+        start_epoch, step, best, skip = 0, 0, {}, 0
         if resumed:
             load_training_checkpoint(resume, net, trainer, name=CHECKPOINT_KIND, what=WHAT, ctx=ctx)
             restore_loss_scaler(trainer, resumed.get("loss_scaler"))
             start_epoch, step, best = resumed["epoch"], resumed["step"], resumed.get("best", {})
+            skip = resumed.get("step_in_epoch", 0)  # a preemption's checkpoint: the epoch's steps done
+        preemption = procs.preemption()  # SIGTERM: a checkpoint after the step, then exit 143
         if not args.no_hybridize:
             net.hybridize(static_alloc=True, static_shape=True)
 
@@ -237,56 +243,70 @@ def run_training(recipe: dict, args) -> dict:
         # The run's status: success once validation top-1 reaches the target (MLPerf's 75.9% without one).
         quality = run.target.value if run.target.value is not None else 100 * CLOSED_TARGETS[MLPERF_BENCHMARK]
         status = "aborted"
-        for epoch in range(start_epoch, run.epochs):
-            mlperf.epoch_start(epoch + 1, samples=step * global_batch)
-            mx.random.seed(run.seed + 1000 * epoch + procs.rank)
-            loader = (
-                first
-                if epoch == start_epoch
-                else build_loader(spec, train=True, epoch=epoch, seed=run.seed, ctx=ctx[0])
-            )
-            step, reading = train_one_epoch(
-                train_step, loader, first_step=step, steps_per_epoch=steps_per_epoch, run=run, logger=logger,
-                lr_at=lambda done: learning_rate(done, **schedule), world=procs.world,
+
+        def save(step: int, epoch: int, *, step_in_epoch: int = 0, improved: bool = False) -> None:
+            """A checkpoint (on the primary process) after ``step``: ``epoch`` epochs done, and
+            ``step_in_epoch`` steps of the next one (a preemption's)."""
+            if not procs.primary:
+                return
+            position = {"step_in_epoch": step_in_epoch} if step_in_epoch else {}
+            save_training_checkpoint(
+                results / CHECKPOINT_NAME, net, trainer, name=CHECKPOINT_KIND, step=step, epoch=epoch,
+                recipe=recipe, keep=run.keep_checkpoints, mark_best=improved,
+                best=best, metrics=metrics, loss_scaler=loss_scaler_state(trainer),
+                num_classes=spec.num_classes, classes=read_classes(spec.data_dir), layout=layout,
+                input_layout=spec.layout, image_size=spec.image_size, **position,
             )  # fmt: skip
-            mlperf.epoch_stop(epoch + 1, samples=step * global_batch)
-            metrics = {
-                "loss": reading["loss"],
-                "train_top1": reading["top1"],
-                "throughput": reading["throughput"],
-            }
-            last, improved = epoch + 1 == run.epochs, False
-            if evaluating and (last or run.eval_every and run.eval_every.due(epoch + 1, step)):
-                mlperf.eval_start(epoch + 1, samples=step * global_batch)
-                val = build_loader(spec, train=False, epoch=epoch, seed=run.seed, ctx=ctx[0])
-                with MetricsLogger(enabled=procs.primary, total_steps=val.batches, desc="eval") as progress:
-                    scores = evaluate(net, val, ctx, progress)
-                mlperf.eval_stop(epoch + 1, samples=step * global_batch)
-                mlperf.eval_accuracy(scores["top1"] / 100, epoch + 1, samples=step * global_batch)
-                logger.log(step, scores, phase="eval")
-                metrics = {**metrics, **scores}
-                improved = improves("top1", scores["top1"], best.get("top1"))
-                if improved:
-                    best = {"top1": scores["top1"], "top5": scores["top5"], "epoch": epoch + 1}
-            reached = "top1" in metrics and run.target.reached(metrics["top1"])
-            stopping = reached or args.stop_after and epoch + 1 - start_epoch >= args.stop_after
-            procs.barrier()
-            due = run.checkpoint_every and run.checkpoint_every.due(epoch + 1, step)
-            if procs.primary and (due or last or stopping or improved):
-                save_training_checkpoint(
-                    results / CHECKPOINT_NAME, net, trainer, name=CHECKPOINT_KIND, step=step, epoch=epoch + 1,
-                    recipe=recipe, keep=run.keep_checkpoints, mark_best=improved,
-                    best=best, metrics=metrics, loss_scaler=loss_scaler_state(trainer),
-                    num_classes=spec.num_classes, classes=read_classes(spec.data_dir), layout=layout,
-                    input_layout=spec.layout, image_size=spec.image_size,
+
+        with preemption, logger:
+            for epoch in range(start_epoch, run.epochs):
+                mlperf.epoch_start(epoch + 1, samples=step * global_batch)
+                mx.random.seed(run.seed + 1000 * epoch + procs.rank)
+                loader = (
+                    first
+                    if epoch == start_epoch
+                    else build_loader(spec, train=True, epoch=epoch, seed=run.seed, ctx=ctx[0])
+                )
+                step, reading = train_one_epoch(
+                    train_step, loader, first_step=step, steps_per_epoch=steps_per_epoch, run=run, logger=logger,
+                    lr_at=lambda done: learning_rate(done, **schedule), world=procs.world,
+                    skip=skip if epoch == start_epoch else 0, preemption=preemption,
+                    save=lambda done, in_epoch, epoch=epoch: save(done, epoch, step_in_epoch=in_epoch),
                 )  # fmt: skip
-            procs.barrier()
-            if metrics.get("top1", 0) >= quality:
-                status = "success"
-            if stopping:
-                break  # the target is reached, or a time-limited job ends: --resume continues from here
-        mlperf.run_stop(status)
-        logger.close()
+                mlperf.epoch_stop(epoch + 1, samples=step * global_batch)
+                # no reading: a preemption came after the epoch's last step, and the epoch ends here
+                metrics = {
+                    key: reading[name]
+                    for key, name in (("loss", "loss"), ("train_top1", "top1"), ("throughput", "throughput"))
+                    if name in reading
+                }
+                last, improved = epoch + 1 == run.epochs, False
+                if evaluating and (last or run.eval_every and run.eval_every.due(epoch + 1, step)):
+                    mlperf.eval_start(epoch + 1, samples=step * global_batch)
+                    val = build_loader(spec, train=False, epoch=epoch, seed=run.seed, ctx=ctx[0])
+                    with MetricsLogger(
+                        enabled=procs.primary, total_steps=val.batches, desc="eval"
+                    ) as progress:
+                        scores = evaluate(net, val, ctx, progress)
+                    mlperf.eval_stop(epoch + 1, samples=step * global_batch)
+                    mlperf.eval_accuracy(scores["top1"] / 100, epoch + 1, samples=step * global_batch)
+                    logger.log(step, scores, phase="eval")
+                    metrics = {**metrics, **scores}
+                    improved = improves("top1", scores["top1"], best.get("top1"))
+                    if improved:
+                        best = {"top1": scores["top1"], "top5": scores["top5"], "epoch": epoch + 1}
+                reached = "top1" in metrics and run.target.reached(metrics["top1"])
+                stopping = reached or args.stop_after and epoch + 1 - start_epoch >= args.stop_after
+                procs.barrier()
+                due = run.checkpoint_every and run.checkpoint_every.due(epoch + 1, step)
+                if due or last or stopping or improved:
+                    save(step, epoch + 1, improved=improved)
+                procs.barrier()
+                if metrics.get("top1", 0) >= quality:
+                    status = "success"
+                if stopping:
+                    break  # the target is reached, or a time-limited job ends: --resume continues from here
+            mlperf.run_stop(status)
     finals = ["final.params"] if procs.primary else []
     if procs.world > 1:  # every worker's copy, to check that the replicas agree
         finals.append(f"final.rank{procs.rank}.params")

@@ -10,7 +10,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 from mx_resnet_testing import MODEL_DIR, RECIPE, cpu_runs_bf16, epoch_metrics, run_module, training_state
-from resnet50_mx.launch import launch
+from resnet50_mx.launch import _free_port, launch
 
 
 def trainable(params: dict) -> dict:
@@ -27,22 +27,37 @@ def test_loss_falls_and_accuracy_beats_chance(trained):
     assert state["classes"] == [str(d) for d in range(10)]
 
 
+SHORT_RUN = ["--recipe", RECIPE, "--epochs", 2, "--steps-per-epoch", 3, "--log-every", 1, "--no-eval",
+             "--set", "data.threads=1"]  # fmt: skip
+
+
 def _short_run(results, data, *extra):
-    return run_module(
-        "train",
-        "--recipe", RECIPE,
-        "--data-dir", data,
-        "--epochs", 2,
-        "--steps-per-epoch", 3,
-        "--no-eval",
-        "--set", "data.threads=1",
-        "--results-dir", results,
-        *extra,
-    )  # fmt: skip
+    return run_module("train", *SHORT_RUN, "--data-dir", data, "--results-dir", results, *extra)
 
 
-def test_resume_equals_unbroken_run(tmp_path, digits_rec):
-    _short_run(tmp_path / "unbroken", digits_rec)
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory, digits_rec):
+    """The short run (2 epochs of 3 steps, a train reading every step) without a break; its results."""
+    results = tmp_path_factory.mktemp("unbroken")
+    _short_run(results, digits_rec)
+    return results
+
+
+def assert_same_final_parameters(a_dir, b_dir):
+    a = mx.nd.load(str(a_dir / "final.params"))
+    b = mx.nd.load(str(b_dir / "final.params"))
+    assert sorted(a) == sorted(b)
+    for key in a:  # running statistics included
+        np.testing.assert_array_equal(a[key].asnumpy(), b[key].asnumpy(), err_msg=key)
+
+
+def train_losses(results) -> dict:
+    """{step: loss} of the train readings in metrics.jsonl (one a step with --log-every 1)."""
+    records = map(json.loads, (results / "metrics.jsonl").read_text().splitlines())
+    return {r["step"]: r["metrics"]["loss"] for r in records if r["phase"] == "train"}
+
+
+def test_resume_equals_unbroken_run(tmp_path, digits_rec, unbroken):
     _short_run(tmp_path / "resumed", digits_rec, "--stop-after", 1)
     assert not (tmp_path / "resumed" / "checkpoint" / "step-6").exists()
     stale = tmp_path / "resumed" / "checkpoint" / ".step-6.k2x9q1.tmp"
@@ -50,12 +65,8 @@ def test_resume_equals_unbroken_run(tmp_path, digits_rec):
     (stale / "model.params").write_bytes(b"half of a checkpoint written when the job was killed")
     _short_run(tmp_path / "resumed", digits_rec, "--resume", "auto")
     assert not stale.exists()  # removed by the next save
-    a = mx.nd.load(str(tmp_path / "unbroken" / "final.params"))
-    b = mx.nd.load(str(tmp_path / "resumed" / "final.params"))
-    assert sorted(a) == sorted(b)
-    for key in a:  # running statistics included
-        np.testing.assert_array_equal(a[key].asnumpy(), b[key].asnumpy(), err_msg=key)
-    assert epoch_metrics(tmp_path / "unbroken")[-1]["loss"] == epoch_metrics(tmp_path / "resumed")[-1]["loss"]
+    assert_same_final_parameters(unbroken, tmp_path / "resumed")
+    assert epoch_metrics(unbroken)[-1]["loss"] == epoch_metrics(tmp_path / "resumed")[-1]["loss"]
     # each job has its own MLPerf log (the checker takes one run per file); the time-limited job aborted
     first, second = (mlperf_events(tmp_path / "resumed" / name) for name in MLPERF_LOGS_OF_RESUMED_RUN)
     assert [e["metadata"]["epoch_num"] for e in first if e["key"] == "epoch_start"] == [1]
@@ -67,6 +78,32 @@ def test_resume_equals_unbroken_run(tmp_path, digits_rec):
 
 
 MLPERF_LOGS_OF_RESUMED_RUN = ("mlperf.log", "mlperf_resume1.log")
+
+
+def test_sigterm_mid_epoch_checkpoints_that_step_and_resumes_as_unbroken(tmp_path, digits_rec, unbroken):
+    """SIGTERM after step 4 (the first of epoch 2's three): a checkpoint of step 4, exit 143; --resume auto
+    skips the batch already trained on and ends as the unbroken run, step by step."""
+    import os
+    import subprocess
+
+    from zoo.testing import sigterm_at_step
+
+    results = tmp_path / "preempted"
+    args = [*SHORT_RUN, "--data-dir", digits_rec, "--results-dir", results]
+    stopped = subprocess.run(
+        sigterm_at_step(4, "resnet50_mx.train", *args), capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(MODEL_DIR), PYTHONUNBUFFERED="1"),
+    )  # fmt: skip
+    err = stopped.stderr[-3000:]
+    assert stopped.returncode == 143 and "terminated (SIGTERM)" in err and "Traceback" not in err, err
+    state = training_state(results)
+    assert (state["step"], state["epoch"], state["step_in_epoch"]) == (4, 1, 1)
+    assert sorted(train_losses(results)) == [1, 2, 3, 4]
+    _short_run(results, digits_rec, "--resume", "auto")
+    assert train_losses(results) == train_losses(unbroken)
+    assert_same_final_parameters(unbroken, results)
+    final = training_state(results)
+    assert (final["step"], final["epoch"]) == (6, 2) and "step_in_epoch" not in final
 
 
 def mlperf_events(path) -> list[dict]:
@@ -161,6 +198,47 @@ def test_two_dist_sync_workers_end_with_identical_weights(tmp_path, digits_rec, 
     # each worker read its own shard, so their BatchNorm statistics differ: the weights agree by the kvstore
     assert any(not np.array_equal(w0[k].asnumpy(), w1[k].asnumpy()) for k in w0 if "running" in k)
     assert training_state(results)["step"] == 3
+
+
+AGREE_SCRIPT = """
+import mxnet as mx  # the scheduler and the server serve inside this import
+from resnet50_mx.processes import Processes
+from zoo.cli import Terminated
+procs = Processes("dist_sync", 0, horovod=False)
+preemption = procs.preemption()
+asked = [preemption.requested(10)]  # no flag set: every worker goes on
+preemption.signalled = procs.rank == 1  # SIGTERM reached worker 1 only
+asked += [preemption.requested(15), preemption.requested(20)]  # agreed every 10 steps: at 20
+try:
+    preemption.stop()
+except Terminated:
+    asked.append("stopped")
+print(procs.rank, asked)
+"""
+
+
+def test_dist_sync_workers_agree_on_one_workers_sigterm(tmp_path):
+    """zoo.cli.Preemption through the kvstore: a flag set on one worker stops both after the same step."""
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(MODEL_DIR), DMLC_PS_ROOT_URI="127.0.0.1", DMLC_NUM_WORKER="2",
+               DMLC_NUM_SERVER="1", DMLC_NODE_HOST="127.0.0.1")  # fmt: skip
+    env["DMLC_PS_ROOT_PORT"] = str(_free_port())
+    roles = ["scheduler", "server", "worker", "worker"]
+    command = [sys.executable, "-c", AGREE_SCRIPT]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    procs = [subprocess.Popen(command, env=dict(env, DMLC_ROLE=role), text=True, **pipes) for role in roles]
+    try:
+        outputs = [proc.communicate(timeout=300) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [proc.returncode for proc in procs] == [0] * 4, [err[-2000:] for _, err in outputs]
+    lines = sorted(out.strip() for out, _ in outputs[2:])
+    assert lines == [f"{rank} [False, False, True, 'stopped']" for rank in (0, 1)], lines
 
 
 NEEDS_BF16_CPU = pytest.mark.skipif(
