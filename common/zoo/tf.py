@@ -12,6 +12,9 @@ And one training checkpoint for every TensorFlow model: ``save_training_checkpoi
 tf.train.Checkpoint of the objects a model trains, with its step, epoch and recipe, atomically under
 RESULTS_DIR/checkpoint/; ``load_training_checkpoint`` is the one reader (refusing another model's or a
 torn checkpoint in one line).
+
+And ``preemption(runtime)``: the ``zoo.cli.Preemption`` of a training loop, whose worker processes agree
+through the run's own collective (the strategy's all-reduce, or Horovod's) on the step to stop after.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ def make_runtime(distribution: str = "auto") -> Runtime:
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=_communication(gpus)
         )
+        _restore_sigterm()
         resolver = strategy.cluster_resolver
         index = resolver.task_id if resolver and resolver.task_id is not None else 0
         workers = len(resolver.cluster_spec().as_dict().get("worker", [])) if resolver else 1
@@ -104,6 +108,18 @@ def make_runtime(distribution: str = "auto") -> Runtime:
     if distribution == "mirrored":
         return Runtime(tf.distribute.MirroredStrategy(), 0, 1, "mirrored")
     return Runtime(tf.distribute.get_strategy(), 0, 1, "default")
+
+
+def _restore_sigterm() -> None:
+    """Building a MultiWorkerMirroredStrategy puts TensorFlow's own SIGTERM handler in place of the one this
+    process had: a SIGTERM then neither ends the process nor reaches zoo.cli's handler (a training loop's
+    Preemption). Give the signal back to Python's handler, or to the default action where there is none."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        handler = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if handler is None else handler)
 
 
 def _horovod_runtime(gpus: list) -> Runtime:
@@ -120,6 +136,32 @@ def _horovod_runtime(gpus: list) -> Runtime:
         tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
     return Runtime(tf.distribute.get_strategy(), hvd.rank(), hvd.size(), "horovod", hvd=hvd)
+
+
+def any_flag(runtime):
+    """``agree(flag) -> bool`` for ``zoo.cli.Preemption``: whether any worker process's flag is set, through
+    the run's collective (a SUM all-reduce of the strategy, one value per replica, or Horovod's). Every
+    process calls it at the same steps, as every collective of the run."""
+    import tensorflow as tf
+
+    hvd, strategy = runtime.hvd, runtime.strategy
+    if hvd is not None:
+        return lambda flag: float(hvd.allreduce(tf.constant(float(flag)), op=hvd.Sum)) > 0
+
+    @tf.function
+    def reduce(flag):
+        flags = strategy.run(tf.identity, args=(flag,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, flags, axis=None)
+
+    return lambda flag: float(reduce(tf.constant(float(flag)))) > 0
+
+
+def preemption(runtime, every: int = 10):
+    """The ``zoo.cli.Preemption`` of a training loop under ``runtime``: a SIGTERM to any worker process
+    stops every one after the same step (agreed every ``every`` steps through :func:`any_flag`)."""
+    from zoo.cli import Preemption
+
+    return Preemption(runtime.num_workers, every=every, agree=any_flag(runtime))
 
 
 # ------------------------------------------------------------------------------ training checkpoints

@@ -14,13 +14,16 @@ from zoo.log import MetricsLogger
 
 
 def train_one_epoch(step, iterator, *, first_step: int, steps_per_epoch: int, last_step: int, run, logger,
-                    save) -> tuple[int, dict]:  # fmt: skip
+                    save, preemption=None) -> tuple[int, dict]:  # fmt: skip
     """Optimizer steps from ``first_step`` (steps done so far) to the end of its epoch, or ``last_step``.
 
     ``step`` is the TrainStep and ``iterator`` the epoch's global batches from ``first_step`` on. Every
     ``run.log_every`` steps and at the end, the mean loss and train top-1 of the steps since the last
     reading, the learning rate and the throughput go to ``logger``; ``save(step)`` writes a checkpoint
     where ``run.checkpoint_every`` counts steps. Returns (steps done, the last reading).
+
+    ``preemption`` (zoo.cli.Preemption): after a SIGTERM, ``save`` writes the state after the step in
+    progress and the run ends there (``Terminated``), every worker after the same step.
     """
     end = min(last_step, (first_step // steps_per_epoch + 1) * steps_per_epoch)
     losses, accuracies, started, reading = [], [], time.perf_counter(), {}
@@ -44,6 +47,9 @@ def train_one_epoch(step, iterator, *, first_step: int, steps_per_epoch: int, la
         interval = run.checkpoint_every
         if interval is not None and interval.unit == "steps" and interval.due(0, done):
             save(done)
+        if preemption is not None and preemption.requested(done):
+            save(done)  # the state after step `done`: --resume auto continues with the next batch
+            preemption.stop()
     return end, reading
 
 

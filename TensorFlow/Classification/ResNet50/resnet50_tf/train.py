@@ -8,7 +8,9 @@ checkpoint: model, optimizer with its loss scale, step, epoch and recipe; writte
 says and at the end), `metrics.jsonl`, and `mlperf.log` (the MLPerf training event sequence, benchmark
 "resnet", checked by zoo.mlperf.check_log; a resumed run writes its own `mlperf_resume<N>.log`).
 `--resume auto` continues from the checkpoint; the resumed run sees the same batches and ends with the
-same weights as an unbroken one. Without `--resume`, a results dir that already holds a checkpoint is an
+same weights as an unbroken one. A SIGTERM (a scheduler's preemption) writes a checkpoint after the step in
+progress, on every worker the same step, and ends the run with exit status 143 (zoo.cli.Preemption), so
+that `--resume auto` loses no step. Without `--resume`, a results dir that already holds a checkpoint is an
 error (nothing is overwritten unasked). The loop itself is engine.py's; the step is step.py's.
 """
 
@@ -216,7 +218,7 @@ def main(argv=None) -> dict:
     import tensorflow as tf
     from zoo.log import MetricsLogger
     from zoo.mlperf import CLOSED_TARGETS
-    from zoo.tf import load_training_checkpoint, save_training_checkpoint
+    from zoo.tf import load_training_checkpoint, preemption, save_training_checkpoint
 
     from resnet50_tf import data
     from resnet50_tf.checkpoint import CHECKPOINT_KIND, WHAT, check_checkpoint, restore_weights
@@ -297,7 +299,8 @@ def main(argv=None) -> dict:
     mlperf.init_stop()
     mlperf.run_start()
     try:
-        with mlperf, logger:  # an exception from here on logs run_stop "aborted"
+        # an exception from here on logs run_stop "aborted"; a SIGTERM checkpoints the step and ends with 143
+        with mlperf, logger, preemption(runtime) as preempted:
             while step < last_step and not reached:
                 epoch = step // steps_per_epoch
                 mlperf.epoch_start(epoch + 1, samples=step * global_batch)
@@ -308,7 +311,7 @@ def main(argv=None) -> dict:
                 )  # fmt: skip
                 step, reading = train_one_epoch(
                     train_step, iterator, first_step=step, steps_per_epoch=steps_per_epoch, last_step=last_step,
-                    run=run, logger=logger, save=save,
+                    run=run, logger=logger, save=save, preemption=preempted,
                 )  # fmt: skip
                 mlperf.epoch_stop(epoch + 1, samples=step * global_batch)
                 summary.update(steps=step, train_loss=reading["loss"], train_top1=reading["top1"])

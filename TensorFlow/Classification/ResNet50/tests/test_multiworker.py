@@ -1,4 +1,5 @@
-"""Two MultiWorkerMirroredStrategy workers on 127.0.0.1 (TF_CONFIG, gRPC ring all-reduce on the CPU)."""
+"""Two MultiWorkerMirroredStrategy workers on 127.0.0.1 (TF_CONFIG, gRPC ring all-reduce on the CPU): the
+same weights on both; a SIGTERM to one stops both after the same step (zoo.tf.preemption)."""
 
 import json
 import os
@@ -73,3 +74,50 @@ def test_two_workers_end_with_identical_weights(digits_tfrecords, tmp_path):
     assert kept == ["best", "latest.json", "step-4"]
     val = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["metrics"]["samples"] for r in val if r.get("phase") == "eval"] == [359]
+
+
+# The loop of train.py without the model (zoo.tf.preemption, as engine.train_one_epoch asks it): worker 1
+# of 2 is sent SIGTERM before step 3; they agree every 2 steps, so both "checkpoint" step 4, exit 143.
+WORKER = """
+import os, signal
+from zoo.cli import entry_point
+from zoo.tf import make_runtime, preemption
+
+@entry_point
+def main():
+    runtime = make_runtime("multiworker")
+    with preemption(runtime, every=2) as preempted:
+        for step in range(1, 11):
+            if runtime.worker_index == 1 and step == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+            if preempted.requested(step):
+                print(f"checkpoint of step {step}", flush=True)
+                preempted.stop()
+    print("finished", flush=True)
+
+main()
+"""
+
+
+def test_a_sigterm_to_one_worker_stops_both_after_the_same_step(tmp_path):
+    """The strategy's all-reduce carries worker 1's flag to worker 0, and the SIGTERM reaches zoo.cli's
+    handler although building the strategy installs TensorFlow's own (zoo.tf gives it back)."""
+    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
+    procs = []
+    for index in range(2):
+        task = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(task), CUDA_VISIBLE_DEVICES="")
+        log = open(tmp_path / f"worker{index}.log", "w")  # noqa: SIM115 - closed below
+        procs.append((subprocess.Popen([sys.executable, "-c", WORKER], env=env, stdout=log, stderr=log), log))
+    try:
+        codes = [p.wait(timeout=180) for p, _ in procs]
+    finally:
+        for p, log in procs:
+            if p.poll() is None:
+                p.kill()
+            log.close()
+    logs = [(tmp_path / f"worker{i}.log").read_text() for i in range(2)]
+    assert codes == [143, 143], [log[-2000:] for log in logs]
+    for log in logs:
+        assert "checkpoint of step 4" in log and "terminated (SIGTERM)" in log, log[-2000:]
+        assert "finished" not in log and "Traceback" not in log, log[-2000:]

@@ -52,44 +52,66 @@ def test_short_run_learns_digits(trained_run):
     assert info["classes"] == [str(i) for i in range(10)] and info["image_size"] == 32
 
 
-def _train_process(*args) -> str:
+def _process(cmd, code=0):
+    """Run ``cmd`` (a training command line) in a fresh process, as a resumed job is; its stderr."""
     import os
     import subprocess
-    import sys
 
     # One thread per pool: the same reduction order in every run, however loaded the machine is.
     env = dict(os.environ, PYTHONPATH=str(MODEL_DIR), TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
     env.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
-    cmd = [sys.executable, "-m", "resnet50_tf.train", "--recipe", str(MODEL_DIR / CONFIG), *map(str, args)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == code, proc.stderr[-3000:]
     return proc.stderr
 
 
+def _train_process(*args) -> str:
+    import sys
+
+    return _process([sys.executable, "-m", "resnet50_tf.train", *map(str, args)])
+
+
+def _train_losses(run_dir) -> dict:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["metrics"]["loss"] for r in rows if r.get("phase") == "train"}
+
+
 def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
-    """Interrupted mid-epoch 2 (step 6 of 8), the same command with --resume auto continues from the
-    checkpoint and ends where an unbroken run ends: weights, batch-norm statistics and momentum.
+    """A SIGTERM after step 3 (mid-epoch 1, between two scheduled checkpoints) ends the run with exit 143
+    and a checkpoint of step 3; --resume auto --max-steps 6 stops mid-epoch 2; the same command with
+    --resume auto continues from there and ends where an unbroken run ends: the same loss at every step,
+    weights, batch-norm statistics and momentum.
 
     With `--deterministic` and one thread per pool the resumed run equals the unbroken one exactly, idle
     or loaded (with `--deterministic` alone, multithreaded CPU kernels still drifted by up to 2% in
     momentum on a loaded machine); a resume that replayed or skipped batches, restarted the schedule or lost the
     momentum is off by 1e-1 or more.
     """
+    from resnet50_tf.checkpoint import read_training_state
+    from zoo.testing import sigterm_at_step
+
     common = ["--data-dir", digits_tfrecords, "--batch-size", 16, "--epochs", 2, "--steps-per-epoch", 4]
     common += ["--no-eval", "--set", "optimizer.lr_per_256=0.2", "--deterministic", "--keep-checkpoints", 3]
+    common += ["--log-every", 1, "--recipe", MODEL_DIR / CONFIG]
     # each run in a fresh process, as a resumed job is
     _train_process(*common, "--results-dir", tmp_path / "unbroken")
-    first = _train_process(*common, "--results-dir", tmp_path / "resumed", "--max-steps", 6)
-    assert "resumed from" not in first
+    resumed = tmp_path / "resumed"
+    stopped = _process(sigterm_at_step(3, "resnet50_tf.train", *common, "--results-dir", resumed), code=143)
+    assert "terminated (SIGTERM)" in stopped and "Traceback" not in stopped, stopped[-3000:]
+    assert read_training_state(resumed)["step"] == 3
+    first = _train_process(*common, "--results-dir", resumed, "--resume", "auto", "--max-steps", 6)
+    assert f"resumed from {resumed / 'checkpoint' / 'step-3'} at step 3" in first
     # what a kill during a checkpoint write leaves: zoo.tf's temporary folder and zoo's .NAME.*.tmp
-    torn = tmp_path / "resumed" / "checkpoint" / ".step-8.k2x9q1.tmp"
+    torn = resumed / "checkpoint" / ".step-8.k2x9q1.tmp"
     torn.mkdir()
     (torn / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"half a checkpoint")
-    (tmp_path / "resumed" / ".run.json.k2x9q1.tmp").write_text("{")
-    second = _train_process(*common, "--results-dir", tmp_path / "resumed", "--resume", "auto")
-    assert not torn.exists() and not (tmp_path / "resumed" / ".run.json.k2x9q1.tmp").exists()
-    assert f"resumed from {tmp_path / 'resumed' / 'checkpoint' / 'step-6'} at step 6" in second
-    a, b = _state(tmp_path / "unbroken"), _state(tmp_path / "resumed")
+    (resumed / ".run.json.k2x9q1.tmp").write_text("{")
+    second = _train_process(*common, "--results-dir", resumed, "--resume", "auto")
+    assert not torn.exists() and not (resumed / ".run.json.k2x9q1.tmp").exists()
+    assert f"resumed from {resumed / 'checkpoint' / 'step-6'} at step 6" in second
+    losses = _train_losses(tmp_path / "unbroken")
+    assert list(losses) == list(range(1, 9)) and _train_losses(resumed) == pytest.approx(losses, rel=1e-9)
+    a, b = _state(tmp_path / "unbroken"), _state(resumed)
     assert a.keys() == b.keys() and len(a) >= 161 + 106 + 161  # weights, batch-norm statistics, momentum
     weights = "optimizer/_trainable_variables/"  # each tensor is saved once, under its first path
     distances = {
@@ -99,7 +121,7 @@ def test_resume_equals_unbroken_run(digits_tfrecords, tmp_path):
     }
     limits = {"weights": 1e-9, "batch-norm statistics": 1e-9, "momentum": 1e-9}
     assert all(distances[k] < limits[k] for k in limits), distances
-    at_step_6 = _state(tmp_path / "resumed", 6)  # the check can fail: two steps apart is far
+    at_step_6 = _state(resumed, 6)  # the check can fail: two steps apart is far
     assert _relative_distance(a, at_step_6, "optimizer/_variables/") > 1e-1
 
 

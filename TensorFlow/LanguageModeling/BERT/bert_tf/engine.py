@@ -35,11 +35,14 @@ class TrainWindow:
 
 
 def train_one_epoch(
-    step, steps: int, *, log, window: TrainWindow, end: int, global_batch: int
+    step, steps: int, *, log, window: TrainWindow, end: int, global_batch: int, preemption=None, save=None
 ) -> list[float]:
     """``steps`` optimizer steps of ``step`` (bert_tf.step.TrainStep); returns each step's loss. Every
     ``run.log_every`` steps and at step ``end`` logs the window's readings (mean losses), the learning
-    rate and the sequences per second of all replicas (time outside this function not counted)."""
+    rate and the sequences per second of all replicas (time outside this function not counted).
+
+    ``preemption`` (zoo.cli.Preemption): after a SIGTERM, ``save()`` writes the state after the step in
+    progress and the run ends there (``Terminated``), every worker after the same step."""
     losses = []
     began = time.perf_counter()
     for _ in range(steps):
@@ -58,6 +61,9 @@ def train_one_epoch(
             log.log(step.step_count, readings, units={"throughput": "seq/s"})
             window.sums, window.steps, window.seconds = None, 0, 0.0
             began = time.perf_counter()
+        if preemption is not None and preemption.requested(step.step_count):
+            save()  # the state after this step: --resume auto continues with the next micro-batches
+            preemption.stop()
     window.seconds += time.perf_counter() - began
     return losses
 

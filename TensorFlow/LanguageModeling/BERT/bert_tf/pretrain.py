@@ -14,7 +14,8 @@ MLPerf log (benchmark "bert"; zoo.mlperf.log_path names a resumed run's).
 
 Exact resume: micro-batch k of the run is a function of k (``bert_tf.data``), and the dropout
 generators' states are part of the checkpoint, so a run continued with ``--resume auto`` goes on as
-the unbroken run would have.
+the unbroken run would have. A SIGTERM (a scheduler's preemption) writes a checkpoint after the step in
+progress, on every worker the same step, and ends the run with exit status 143 (zoo.cli.Preemption).
 """
 
 from __future__ import annotations
@@ -83,11 +84,14 @@ def build_sources(args, recipe: dict, replicas: int):
     return sources, eval_sets, data.spec.nsp, data.specials.vocab_size, data.spec.max_seq, len(data)
 
 
-def train(step, eval_step, eval_sets, *, runtime, mlperf, log, global_batch: int, end: int, save):
+def train(
+    step, eval_step, eval_sets, *, runtime, mlperf, log, global_batch: int, end: int, save, preemption=None
+):
     """The engine's loop (bert_tf.engine) up to each evaluation or checkpoint, until step ``end``
     (run.steps or --stop-after's) or the target MLM accuracy, with MLPerf's blocks and its run_stop;
-    ``save()`` at each checkpoint and at the end. Returns (each step's loss, the last MLM accuracy or
-    None, whether the target was reached)."""
+    ``save()`` at each checkpoint and at the end, and after the step a SIGTERM came in (``preemption``,
+    zoo.cli.Preemption: the run then ends with exit status 143). Returns (each step's loss, the last MLM
+    accuracy or None, whether the target was reached)."""
     from bert_tf.engine import TrainWindow, evaluate, train_one_epoch
 
     def due(interval, done: int) -> bool:
@@ -100,7 +104,10 @@ def train(step, eval_step, eval_sets, *, runtime, mlperf, log, global_batch: int
     while step.step_count < end and not reached:
         blocks.start(step.step_count)
         todo = steps_to_stop(step.step_count, end, eval_every, run.checkpoint_every)
-        losses += train_one_epoch(step, todo, log=log, window=window, end=end, global_batch=global_batch)
+        losses += train_one_epoch(
+            step, todo, log=log, window=window, end=end, global_batch=global_batch, preemption=preemption,
+            save=save,
+        )  # fmt: skip
         done = step.step_count
         if eval_sets and (due(eval_every, done) or done == end):
             blocks.eval_start(done)
@@ -135,7 +142,7 @@ def main(argv=None) -> dict:
     from zoo.io import atomic_write
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
-    from zoo.tf import load_training_checkpoint, save_training_checkpoint
+    from zoo.tf import load_training_checkpoint, preemption, save_training_checkpoint
 
     from bert_tf.checkpoint import (
         CHECKPOINT_OWNER,
@@ -224,10 +231,11 @@ def main(argv=None) -> dict:
     )
     mlperf.init_stop()
     mlperf.run_start()
-    with mlperf, logger:  # an exception from here on logs run_stop "aborted"
+    # an exception from here on logs run_stop "aborted"; a SIGTERM checkpoints the step and ends with 143
+    with mlperf, logger, preemption(runtime) as preempted:
         losses, accuracy, reached = train(
             step, build_eval_step(model), eval_sets, runtime=runtime, mlperf=mlperf, log=logger,
-            global_batch=global_batch, end=end, save=save,
+            global_batch=global_batch, end=end, save=save, preemption=preempted,
         )  # fmt: skip
     if runtime.is_chief:
         export_google_npz(model, results_dir / "model.npz")

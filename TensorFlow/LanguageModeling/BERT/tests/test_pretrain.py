@@ -1,5 +1,5 @@
-"""Pretraining on real English text: the loss falls and the MLM accuracy beats chance; exact resume;
-the MLM-accuracy target stops the run; the MLPerf log passes the compliance checker; two
+"""Pretraining on real English text: the loss falls and the MLM accuracy beats chance; exact resume, after
+a SIGTERM too; the MLM-accuracy target stops the run; the MLPerf log passes the compliance checker; two
 MultiWorkerMirroredStrategy workers on 127.0.0.1 hold identical weights."""
 
 import json
@@ -62,23 +62,46 @@ def _run(args, policy_restore=True):
         keras.mixed_precision.set_global_policy(before)
 
 
+def _train_losses(run):
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r["metrics"]["loss"] for r in rows if r.get("phase") == "train"]
+
+
 def test_resume_continues_the_same_run(packed_data, tmp_path):
-    """4 steps then 4 more after --resume auto == 8 unbroken steps (losses and weights), accumulation 2."""
+    """A SIGTERM after step 3 (between the checkpoints of steps 2 and 4) ends the run with exit 143 and a
+    checkpoint of step 3; 2 steps more (--stop-after), then the rest after --resume auto == 8 unbroken
+    steps (each step's loss and the weights), accumulation 2."""
+    from bert_tf.checkpoint import CHECKPOINT_OWNER, CHECKPOINT_WHAT
+    from zoo.testing import sigterm_at_step
+    from zoo.tf import load_training_checkpoint
+
     common = ["--recipe", TINY, "--data-dir", packed_data, "--steps", 8, "--accumulation", 2]
-    common += ["--eval-every", 100, "--checkpoint-every", 2, "--batch-size", 4]
+    common += ["--eval-every", 100, "--checkpoint-every", 2, "--batch-size", 4, "--log-every", 1]
     whole = _run([*common, "--results-dir", tmp_path / "whole"])
-    first = _run([*common, "--results-dir", tmp_path / "split", "--stop-after", 4])
+    split = tmp_path / "split"
+    env = dict(os.environ, PYTHONPATH=str(MODEL_DIR), TF_CPP_MIN_LOG_LEVEL="2")
+    cmd = sigterm_at_step(3, "bert_tf.pretrain", *common, "--results-dir", split)
+    stopped = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "terminated (SIGTERM)" in stopped.stderr and "Traceback" not in stopped.stderr, stopped.stderr[
+        -3000:
+    ]
+    assert load_training_checkpoint(split, name=CHECKPOINT_OWNER, what=CHECKPOINT_WHAT)["step"] == 3
     with pytest.raises(SystemExit, match="pass --resume auto to continue it"):
-        _run([*common, "--results-dir", tmp_path / "split"])
-    rest = _run([*common, "--results-dir", tmp_path / "split", "--resume", "auto"])
-    assert first["steps"] == 4 and rest["steps"] == 8
-    np.testing.assert_allclose(first["losses"] + rest["losses"], whole["losses"], rtol=1e-5)
-    a, b = np.load(tmp_path / "whole" / "model.npz"), np.load(tmp_path / "split" / "model.npz")
+        _run([*common, "--results-dir", split])
+    first = _run([*common, "--results-dir", split, "--resume", "auto", "--stop-after", 2])
+    rest = _run([*common, "--results-dir", split, "--resume", "auto"])
+    assert first["steps"] == 5 and rest["steps"] == 8
+    np.testing.assert_allclose(first["losses"] + rest["losses"], whole["losses"][3:], rtol=1e-5)
+    np.testing.assert_allclose(
+        _train_losses(split), whole["losses"], rtol=1e-5
+    )  # steps 1-3 before the SIGTERM
+    a, b = np.load(tmp_path / "whole" / "model.npz"), np.load(split / "model.npz")
     for name in a.files:
         np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
     from zoo.mlperf import check_log
 
-    check_log(tmp_path / "split" / "mlperf_resume1.log", "bert")
+    check_log(split / "mlperf_resume2.log", "bert")
 
 
 def test_mlm_accuracy_target_stops_the_run(packed_data, tmp_path):
@@ -138,11 +161,7 @@ def test_two_workers_on_localhost_equal_one_process_with_their_global_batch(pack
     for key in w0.files:
         np.testing.assert_allclose(w0[key], w1[key], rtol=1e-5, atol=1e-7, err_msg=key)
 
-    def train_losses(run):
-        rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-        return [r["metrics"]["loss"] for r in rows if r.get("phase") == "train"]
-
-    losses, single_losses = train_losses(tmp_path / "run"), train_losses(tmp_path / "single")
+    losses, single_losses = _train_losses(tmp_path / "run"), _train_losses(tmp_path / "single")
     assert losses[0] == pytest.approx(single_losses[0], rel=1e-6)  # the same weights see the same 8 samples
     assert losses == pytest.approx(single_losses, rel=1e-3)
     both, one = np.load(tmp_path / "run" / "model.npz"), np.load(tmp_path / "single" / "model.npz")
