@@ -17,15 +17,18 @@ import json
 import pathlib
 import random
 import unicodedata
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from zoo.errors import UserError, one_line
 from zoo.io import atomic_write
 
-from transformer.model import BOS, EOS, PAD
+if TYPE_CHECKING:
+    import torch
 
+# torch is imported where a batch is made (pad_batch): reading and checking a data folder needs none.
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
+PAD, BOS, EOS, UNK = 0, 1, 2, 3  # the ids of SPECIALS
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "meta.json"
 # Training batches pad both lengths to a multiple of this: tensor-core friendly shapes, and a
@@ -291,6 +294,8 @@ def round_up(length: int, multiple: int) -> int:
 def pad_batch(sequences: list, prefix: int | None = None, multiple: int = 1) -> torch.Tensor:
     """Right-padded (B, T) int64 tensor, each sequence optionally after a ``prefix`` token; T is
     rounded up to a ``multiple``."""
+    import torch
+
     head = 0 if prefix is None else 1
     length = round_up(max(len(s) for s in sequences) + head, multiple)
     out = np.full((len(sequences), length), PAD, dtype=np.int64)

@@ -71,9 +71,6 @@ def main(argv=None) -> list:
     add_load_args(parser)
     args = parser.parse_args(argv)
 
-    from zoo.triton.client import serve_or_connect
-
-    from transformer.data import load_tokenizer, read_lines
     from transformer.export import TRITON_MODEL
 
     if args.batch < 1:
@@ -83,6 +80,11 @@ def main(argv=None) -> list:
         raise SystemExit(
             f"error: {repo} holds no {TRITON_MODEL}/config.pbtxt: run scripts/export_triton.sh first"
         )
+
+    from zoo.triton.client import serve_or_connect
+
+    from transformer.data import load_tokenizer, read_lines
+
     tokenizer = load_tokenizer(repo)
     given = read_lines(args.input) if args.input else sys.stdin.read().splitlines()
     lines = [line for line in given if line.strip()]

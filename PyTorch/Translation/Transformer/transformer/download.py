@@ -142,10 +142,11 @@ def main(argv=None) -> pathlib.Path:
     )
     args = parser.parse_args(argv)
 
-    from transformer.data import make_numbers, prepare
-
     if not args.data_dir:
         raise UserError("pass --data-dir (or set DATA_DIR)")
+
+    from transformer.data import make_numbers, prepare
+
     data_dir = pathlib.Path(args.data_dir)
     if args.synthetic:
         out = make_numbers(data_dir)

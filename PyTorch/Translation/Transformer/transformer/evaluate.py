@@ -120,6 +120,14 @@ def main(argv=None) -> dict:
 
     args = parse_args(build_parser(), argv)
 
+    if args.beam is not None and args.beam < 1:
+        raise UserError(f"--beam must be a positive integer, not {args.beam}")
+    if args.data_dir and not pathlib.Path(args.data_dir).is_dir():
+        raise UserError(f"data dir {args.data_dir} does not exist")
+    output = pathlib.Path(args.output) if args.output else pathlib.Path(args.results_dir) / "translations.txt"
+    refuse_overwriting_inputs(output, [("--input", args.input), ("--reference", args.reference)])
+
+    # The flags and the paths are checked before torch is imported: bad input ends in a second.
     import torch
     from zoo.io import atomic_write
     from zoo.torch import autocast
@@ -127,12 +135,6 @@ def main(argv=None) -> dict:
     from transformer.data import read_lines, read_parallel
     from transformer.translate import translate_lines
 
-    if args.beam is not None and args.beam < 1:
-        raise UserError(f"--beam must be a positive integer, not {args.beam}")
-    if args.data_dir and not pathlib.Path(args.data_dir).is_dir():
-        raise UserError(f"data dir {args.data_dir} does not exist")
-    output = pathlib.Path(args.output) if args.output else pathlib.Path(args.results_dir) / "translations.txt"
-    refuse_overwriting_inputs(output, [("--input", args.input), ("--reference", args.reference)])
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, settings = load_model(args.checkpoint, device)
     tokenizer = tokenizer_for(args.data_dir, args.checkpoint)

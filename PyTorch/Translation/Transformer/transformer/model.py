@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from zoo.errors import UserError
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
+from transformer.data import BOS, EOS, PAD, UNK  # noqa: F401  (the special ids, here for the model's users)
 
 
 @dataclass

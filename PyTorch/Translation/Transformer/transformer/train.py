@@ -167,14 +167,31 @@ def main(argv=None) -> dict:
 
     args = parse_args(build_parser(), argv)
 
+    from zoo.recipe import run_config
+    from zoo.torch import CHECKPOINT_NAME
+
+    # The recipe, the flags, the paths and the data are checked before torch is imported: bad input
+    # ends in a second.
+    recipe = recipe_from_args(args)
+    run = run_config(recipe, args.recipe)
+    check_run(run, recipe, args.recipe)
+    results = pathlib.Path(args.results_dir)
+    resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
+    # Everything a run reads is checked before it writes anything into the results folder.
+    data = None
+    if not args.synthetic:
+        if not args.data_dir:
+            raise UserError("pass --data-dir (or set DATA_DIR), or --synthetic")
+        if not pathlib.Path(args.data_dir).is_dir():
+            raise UserError(f"data dir {args.data_dir} does not exist")
+        data = read_data(pathlib.Path(args.data_dir), recipe)
+
     from zoo.io import atomic_write
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
-    from zoo.recipe import run_config
     from zoo.retention import improves
     from zoo.rng import rng_state, set_rng_state
     from zoo.torch import (
-        CHECKPOINT_NAME,
         check_replicas_agree,
         close_distributed,
         fast_math,
@@ -188,20 +205,7 @@ def main(argv=None) -> dict:
     from transformer.model import build_model
     from transformer.step import TrainStep
 
-    recipe = recipe_from_args(args)
-    run = run_config(recipe, args.recipe)
-    check_run(run, recipe, args.recipe)
-    results = pathlib.Path(args.results_dir)
-    resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
-    # Everything a run reads is checked before it writes anything into the results folder.
     state = read_training_checkpoint(resume_from) if resume_from is not None else None
-    data = None
-    if not args.synthetic:
-        if not args.data_dir:
-            raise UserError("pass --data-dir (or set DATA_DIR), or --synthetic")
-        if not pathlib.Path(args.data_dir).is_dir():
-            raise UserError(f"data dir {args.data_dir} does not exist")
-        data = read_data(pathlib.Path(args.data_dir), recipe)
     env, device = init_distributed(args.device)
     fast_math(device)
     results.mkdir(parents=True, exist_ok=True)
