@@ -1,6 +1,6 @@
-"""Image folders (``data_dir/{train,val}/<class>/*.jpg``): layout checks, the seeded sharded sampler,
-the augmentation draws every backend shares, and the ``pytorch`` backend (PIL decode in DataLoader
-workers).
+"""Image folders (``data_dir/{train,val}/<class>/*.jpg``): the sample lists (the layout checks, which need
+no framework, are in ``layout.py``), the seeded sharded sampler, the augmentation draws every backend
+shares, and the ``pytorch`` backend (PIL decode in DataLoader workers).
 
 For exact resume each sample's augmentation comes from a generator seeded by (seed, epoch, sample
 index), and the sampler can start mid-epoch: the batches after a resume are the ones an unbroken run
@@ -18,15 +18,12 @@ from collections.abc import Iterator
 import torch
 
 from zoo.checkpoints import Preprocessing
-from zoo.errors import UserError, one_line
+from zoo.errors import one_line
+from zoo.imagenet_loaders.layout import DataError, check_layout  # noqa: F401 - re-exported
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
-
-
-class DataError(UserError):
-    """Bad input data (a missing folder, an unreadable image); the message is one line naming it."""
 
 
 def val_resize_size(image_size: int) -> int:
@@ -65,42 +62,6 @@ def worker_message(error: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------------------------- layout
-def find_classes(folder: pathlib.Path) -> list[str]:
-    return sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
-
-
-def check_layout(data_dir: str | os.PathLike | None, num_classes: int | None = None, splits=("train", "val")):
-    """Check ``data_dir`` holds the split folders with the same class sub-folders; return the class names.
-
-    Raises DataError with one line naming what is wrong.
-    """
-    if data_dir is None:
-        raise DataError("no --data-dir given (or use --data-backend synthetic)")
-    root = pathlib.Path(data_dir)
-    if not root.is_dir():
-        raise DataError(f"data dir {root} does not exist")
-    classes = None
-    for split in splits:
-        folder = root / split
-        if not folder.is_dir():
-            raise DataError(f"data dir {root} has no {split}/ folder (expected {root}/{split}/<class>/*.jpg)")
-        found = find_classes(folder)
-        if not found:
-            raise DataError(f"{folder} has no class sub-folders (expected {folder}/<class>/*.jpg)")
-        if classes is None:
-            classes = found
-        elif found != classes:
-            raise DataError(
-                f"{folder} has {len(found)} classes but {root / splits[0]} has {len(classes)}: "
-                "class folders must match"
-            )
-    if num_classes is not None and len(classes) != num_classes:
-        raise DataError(
-            f"data dir {root} has {len(classes)} classes but the model has {num_classes} (--num-classes)"
-        )
-    return classes
-
-
 def list_samples(folder: pathlib.Path, classes: list[str]) -> list[tuple[str, int]]:
     """(path, label) for every image under folder/<class>/, sorted, labels in class-name order."""
     samples = []

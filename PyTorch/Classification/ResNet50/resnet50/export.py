@@ -217,16 +217,17 @@ def main(argv=None) -> None:
     p.add_argument("--print-config", action="store_true", help="print each config.pbtxt")
     p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = zoo.cli.parse_args(p, argv)
-
-    from zoo.classification.inference import checkpoint_classes
-
-    from resnet50.checkpoints import eval_preprocessing
-
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise UserError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     refuse_existing_models(args.repository, [f"resnet50_{kind}" for kind in models], force=args.force)
+
+    # torch, once the models and the repository have passed their checks
+    from zoo.classification.inference import checkpoint_classes
+
+    from resnet50.checkpoints import eval_preprocessing
+
     model, trained_size = load_model(args.checkpoint, args.pretrained, args.num_classes)
     preprocessing = eval_preprocessing(args.pretrained, args.image_size or trained_size or 224)
     if args.image_size and args.image_size != preprocessing.crop:
