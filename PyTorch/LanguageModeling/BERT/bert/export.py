@@ -196,8 +196,6 @@ def main(argv=None) -> None:
 
     from zoo.triton.repository import refuse_existing_models
 
-    from bert.inference import inference_model, load_squad_model
-
     refuse_existing_models(args.model_repository, triton_models(onnx=args.amp != "bf16"), force=args.force)
     if args.vocab is None:  # a fine-tuned squad_model.pt names the vocabulary it was trained with
         from bert.finetune_squad import read_fine_tuned
@@ -210,6 +208,9 @@ def main(argv=None) -> None:
         from zoo.data.wordpiece import load_tokenizer
 
         vocab_size = load_tokenizer(args.vocab).get_vocab_size()
+
+    from bert.inference import inference_model, load_squad_model
+
     model = load_squad_model(args.checkpoint, args.model, vocab_size)
     served = inference_model(model, amp=args.amp, device="cpu")
     with tempfile.TemporaryDirectory() as tmp:

@@ -139,11 +139,6 @@ def main(argv=None) -> dict | None:
     """Fine-tune and/or predict; returns the dev scores on the primary rank (None elsewhere or
     without --do-predict)."""
     args = parse_args(argv)
-
-    import torch
-
-    from bert.engine import evaluate_squad
-
     # a fine-tuned checkpoint alone: prediction takes its recipe and vocabulary unless flags say otherwise
     recipe = squad_recipe(args, saved=fine_tuned_state(args, read_fine_tuned))
     run = run_config(recipe, args.recipe)
@@ -151,9 +146,15 @@ def main(argv=None) -> dict | None:
     train_examples = read_squad(args.train_file)[0] if args.do_train else None
     if args.do_predict:
         read_squad(args.predict_file)
+    tokenizer = load_tokenizer(args.vocab)
+
+    # The recipe and the files are checked before torch is imported: bad input ends in a second.
+    import torch
+
+    from bert.engine import evaluate_squad
+
     env, device = init_distributed(args.device)
     fast_math(device)
-    tokenizer = load_tokenizer(args.vocab)
     model = build_model(recipe, tokenizer.get_vocab_size(), args.init_checkpoint).to(device)
     results = Path(args.results_dir)
     log = MetricsLogger(str(results / "metrics.jsonl"), enabled=env.is_primary, desc="squad")

@@ -33,7 +33,7 @@ from zoo.errors import UserError
 from zoo.io import atomic_write
 from zoo.log import MetricsLogger
 from zoo.mlperf import MLPerfLogger, log_path
-from zoo.recipe import run_config
+from zoo.recipe import compile_mode, run_config
 from zoo.rng import rng_state
 from zoo.torch import (
     CHECKPOINT_NAME,
@@ -74,34 +74,47 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_recipe(args) -> dict:
-    from bert.lamb import lamb_implementation
-    from bert.step import compile_mode_of
-
+    """The recipe, checked without torch (the LAMB implementation is checked by check_optimizer)."""
     recipe = pretraining_recipe(args, FLAG_KEYS)
-    compile_mode_of(recipe["compile"])  # bad values end here, before anything is written
+    compile_mode(recipe["compile"], key="compile")  # bad values end here, before anything is written
+    return recipe
+
+
+def check_optimizer(recipe: dict) -> None:
+    from bert.lamb import lamb_implementation
+
     try:
         lamb_implementation(recipe["optimizer"]["implementation"], "cpu")
     except ValueError as e:
         raise UserError(f"recipe optimizer.implementation: {e}") from None
-    return recipe
 
 
-def build_batches(args, recipe: dict, env):
-    """(dataset of micro-batches indexed by micro-step, SampleSpec, vocab size)."""
-    from bert.data import PretrainingBatches, PretrainingData, SampleSpec, SyntheticBatches
+def read_data(args, recipe: dict):
+    """--data-dir's prepared samples, checked before torch is imported (None with --synthetic)."""
+    from zoo.data.bert import PretrainingData
 
-    run = run_config(recipe)
     if args.synthetic or not args.data_dir:
         if not args.synthetic:
             raise UserError("give --data-dir (prepared samples) or --synthetic")
-        spec = SampleSpec(max_seq=recipe["max_seq"], max_predictions=recipe["max_predictions"], packing=False)
-        batches = SyntheticBatches(run.batch_per_gpu, spec, recipe["vocab_size"], seed=run.seed + env.rank)
-        return batches, spec, recipe["vocab_size"]
-    data = PretrainingData(args.data_dir, seed=run.seed)
+        return None
+    data = PretrainingData(args.data_dir, seed=run_config(recipe).seed)
     if data.spec.max_seq != recipe["max_seq"]:
         raise UserError(
             f"recipe max_seq {recipe['max_seq']} but {args.data_dir} holds {data.spec.max_seq}-token samples"
         )
+    return data
+
+
+def build_batches(data, recipe: dict, env):
+    """(dataset of micro-batches indexed by micro-step, SampleSpec, vocab size) of ``data`` (read_data's;
+    None: synthetic batches)."""
+    from bert.data import PretrainingBatches, SampleSpec, SyntheticBatches
+
+    run = run_config(recipe)
+    if data is None:
+        spec = SampleSpec(max_seq=recipe["max_seq"], max_predictions=recipe["max_predictions"], packing=False)
+        batches = SyntheticBatches(run.batch_per_gpu, spec, recipe["vocab_size"], seed=run.seed + env.rank)
+        return batches, spec, recipe["vocab_size"]
     batches = PretrainingBatches(data, run.batch_per_gpu, rank=env.rank, world_size=env.world_size)
     return batches, data.spec, data.specials.vocab_size
 
@@ -190,9 +203,12 @@ def main(argv=None) -> None:
     recipe = build_recipe(args)
     results = Path(args.results_dir)
     resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
+    data = read_data(args, recipe)
+    # The recipe, the paths and the data are checked before torch is imported: bad input ends in a second.
+    check_optimizer(recipe)
     env, device = init_distributed(args.device)
     fast_math(device)
-    batches, spec, vocab_size = build_batches(args, recipe, env)
+    batches, spec, vocab_size = build_batches(data, recipe, env)
     eval_batches, eval_samples = None, 0
     if not args.synthetic:
         if args.eval_data_dir is None and env.is_primary:
