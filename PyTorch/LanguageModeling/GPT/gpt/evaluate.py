@@ -44,19 +44,20 @@ def main(argv=None) -> dict:
 
     import os
 
-    import torch
-
-    from gpt.engine import evaluate
-    from gpt.inference import load_model
-    from gpt.parallel import Layout
-
     data_dir = args.data_dir or os.environ.get("DATA_DIR")
     if not data_dir:
         raise UserError("pass --data-dir (or set DATA_DIR)")
     for name in ("samples", "batch"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    read_meta(data_dir)  # the data folder is checked before the model is read
+    read_meta(data_dir)  # the data folder is checked before the model is read (and before torch is imported)
+
+    import torch
+
+    from gpt.engine import evaluate
+    from gpt.inference import load_model
+    from gpt.parallel import Layout
+
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model, recipe = load_model(args.checkpoint, device)
     check_tokenizer(data_dir, model.cfg.vocab_size)

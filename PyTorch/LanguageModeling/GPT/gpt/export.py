@@ -301,11 +301,13 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     from gpt.generate import tokenizer_beside
-    from gpt.inference import load_model
 
     if not args.hf_dir and not args.repository:
         args.repository = "triton_repo"
     refuse_existing_outputs(args.repository, args.hf_dir, force=args.force)
+
+    from gpt.inference import load_model
+
     model, _ = load_model(args.checkpoint)
     tokenizer_beside(args.checkpoint, args.tokenizer)  # checked before anything is written
     tokenizer_file = (

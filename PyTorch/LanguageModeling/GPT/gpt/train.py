@@ -192,20 +192,22 @@ def main(argv=None) -> dict:
         save_training_checkpoint_sharded,
     )
 
+    # One process saves and loads its checkpoint folder without a process group: that is intended.
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    # The recipe and --resume are checked before torch is imported: bad input ends in a second.
+    recipe = recipe_from_args(args)
+    run = run_config(recipe, args.recipe)
+    check_run(run, recipe, args.recipe)
+    results = pathlib.Path(args.results_dir)
+    resume_from = resolve_resume(args.resume, results / SHARDED_CHECKPOINT_NAME)
+
     from gpt.engine import evaluate, train_one_epoch
     from gpt.model import model_config
     from gpt.parallel import build_layout, check_layout, parallel_settings
     from gpt.step import TrainStep
 
-    # One process saves and loads its checkpoint folder without a process group: that is intended.
-    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-    recipe = recipe_from_args(args)
-    run = run_config(recipe, args.recipe)
-    check_run(run, recipe, args.recipe)
     check_layout(parallel_settings(recipe["parallel"]), get_dist_env().world_size)
     model_config(recipe["model"])  # a bad model: key ends the run before anything is read or written
-    results = pathlib.Path(args.results_dir)
-    resume_from = resolve_resume(args.resume, results / SHARDED_CHECKPOINT_NAME)
     # Everything a run reads is checked before it writes anything into the results folder.
     state = read_training_checkpoint(resume_from) if resume_from is not None else None
     if not args.synthetic:
