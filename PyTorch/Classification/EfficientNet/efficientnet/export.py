@@ -219,13 +219,14 @@ def main(argv=None) -> None:
     p.add_argument("--print-config", action="store_true", help="print each config.pbtxt")
     p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = zoo.cli.parse_args(p, argv)
-    from zoo.classification.inference import checkpoint_classes
-
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise UserError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     refuse_existing_models(args.repository, [f"efficientnet_{kind}" for kind in models], force=args.force)
+
+    from zoo.classification.inference import checkpoint_classes  # torch, once the repository passed
+
     model, image_size = load_model(
         args.checkpoint, args.pretrained, variant=args.variant, wide_se=args.wide_se, width=args.width,
         num_classes=args.num_classes,

@@ -15,12 +15,12 @@ conv_head, bn2, classifier), so timm's weights load directly (tests/test_model.p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from zoo.errors import UserError
+
+from efficientnet.variants import VARIANTS, variant_spec  # noqa: F401 - VARIANTS re-exported
 
 # (block, repeats, kernel, stride, expansion, output channels) of B0's seven stages
 STAGES = (
@@ -32,25 +32,6 @@ STAGES = (
     ("ir", 4, 5, 2, 6, 192),
     ("ir", 1, 3, 1, 6, 320),
 )
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A published scaling: width and depth multipliers, training/evaluation resolution, dropout."""
-
-    width: float
-    depth: float
-    image_size: int
-    dropout: float
-
-
-VARIANTS = {
-    "b0": Variant(1.0, 1.0, 224, 0.2),
-    "b1": Variant(1.0, 1.1, 240, 0.2),
-    "b2": Variant(1.1, 1.2, 260, 0.3),
-    "b3": Variant(1.2, 1.4, 300, 0.3),
-    "b4": Variant(1.4, 1.8, 380, 0.4),
-}
 
 
 def round_channels(channels: float, divisor: int = 8) -> int:
@@ -194,9 +175,7 @@ def efficientnet(
 ) -> EfficientNet:
     """EfficientNet-``variant`` (b0..b4); ``width`` overrides the variant's width multiplier (tiny CPU
     models), ``dropout`` its classifier dropout."""
-    if variant not in VARIANTS:
-        raise UserError(f"model.variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
-    spec = VARIANTS[variant]
+    spec = variant_spec(variant)
     return EfficientNet(
         width=spec.width if width is None else width,
         depth=spec.depth,

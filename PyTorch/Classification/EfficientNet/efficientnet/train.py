@@ -175,19 +175,23 @@ def run_length(run: RunConfig, steps_per_epoch: int) -> tuple[int, int]:
     return run.epochs, run.epochs * steps_per_epoch
 
 
-def check_data(data: DataConfig, primary: bool) -> list[str] | None:
-    """The class names of the image folder (None for synthetic data), checked before anything runs."""
+def data_classes(recipe: dict, data_dir) -> list[str] | None:
+    """The class names of the image folder (None for synthetic data): its layout, checked before the
+    framework is imported."""
     from zoo.imagenet_loaders import check_layout
+
+    if recipe["data"]["backend"] == "synthetic":
+        return None
+    return check_layout(data_dir, int(recipe["model"]["num_classes"]))
+
+
+def check_data(data: DataConfig, classes: list[str] | None, primary: bool) -> None:
+    """Every validation image decoded now (those manifest.json does not vouch for): a corrupt one ends
+    the run here, not after an epoch of training."""
     from zoo.imagenet_loaders.verify import check_split
 
-    if data.backend == "synthetic":
-        return None
-    classes = check_layout(data.data_dir, data.num_classes)
-    if primary:
-        # every validation image decoded now (those manifest.json does not vouch for): a corrupt one
-        # ends the run here, not after an epoch of training
+    if classes is not None and primary:
         check_split(data.data_dir, "val", classes)
-    return classes
 
 
 def checkpoint_state(step, scheduler, state: TrainState, recipe: dict, classes) -> dict:
@@ -243,6 +247,21 @@ def due_after_epoch(interval, state: TrainState) -> bool:
 def train(args) -> dict:
     """Build the run from the recipe and the flags, resume, train epoch by epoch, evaluate, checkpoint,
     stop at the target; returns the last validation metrics, the best top-1 and the trained model."""
+    from efficientnet.variants import variant_spec
+
+    # The recipe, the results folder, the resume and the data folder's layout are checked before the
+    # framework is imported: a mistake there ends in one line at once.
+    recipe = build_recipe(args)
+    run = run_config(recipe, args.recipe)
+    if run.eval_every is not None and run.eval_every.unit != "epochs":
+        raise UserError(
+            f"run.eval_every: EfficientNet evaluates after whole epochs ('N epochs' or null), not {run.eval_every}"
+        )
+    variant_spec(str(recipe["model"]["variant"]))
+    results_dir = pathlib.Path(args.results_dir)
+    resume_path = zoo.cli.resolve_resume(args.resume, results_dir / CHECKPOINT_NAME)
+    classes = data_classes(recipe, args.data_dir)
+
     import torch
     from zoo.imagenet_loaders import DataConfig, build_loader
 
@@ -263,14 +282,6 @@ def train(args) -> dict:
         recipe_levers,
     )
 
-    recipe = build_recipe(args)
-    run = run_config(recipe, args.recipe)
-    if run.eval_every is not None and run.eval_every.unit != "epochs":
-        raise UserError(
-            f"run.eval_every: EfficientNet evaluates after whole epochs ('N epochs' or null), not {run.eval_every}"
-        )
-    results_dir = pathlib.Path(args.results_dir)
-    resume_path = zoo.cli.resolve_resume(args.resume, results_dir / CHECKPOINT_NAME)
     env, device = init_distributed(args.device)
     primary = env.rank == 0
     if args.threads:
@@ -284,7 +295,7 @@ def train(args) -> dict:
         synthetic_batches=args.steps_per_epoch or 100,
     )  # fmt: skip
     data = dataclasses.replace(data, val_preprocessing=default_preprocessing(data.image_size))
-    classes = check_data(data, primary)
+    check_data(data, classes, primary)
     # Weights to start from and the state to resume are read here too, before anything is written.
     model = build_model(recipe)
     weights = resolve_weights(args.pretrained, args.init_checkpoint)
