@@ -114,10 +114,10 @@ def main(argv=None) -> None:
     )
     p.add_argument("--results-json", help="also write the detections (COCO result format) here")
     a = parse_args(p, argv)
+    image_dir, annotation_file = evaluation_split(a)  # the flags and the folders, before torch
 
     from retinanet.data import build_loader
 
-    image_dir, annotation_file = evaluation_split(a)
     model, info = load_model(a.checkpoint, a.device)
     loader = build_loader(
         image_dir, annotation_file, train=False, batch_size=a.batch_size, image_size=info["image_size"],

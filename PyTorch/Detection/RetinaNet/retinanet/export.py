@@ -111,14 +111,15 @@ def main(argv=None) -> None:
     p.add_argument("--max-batch-size", type=int, default=8)
     add_repository_args(p, onnx_models="retinanet_onnx")
     a = parse_args(p, argv)
-
-    import torch
     from zoo.triton.repository import refuse_existing_models
+
+    refuse_existing_models(a.repository, TRITON_MODELS, force=a.force)
+
+    import torch  # once the repository has passed its check
 
     from retinanet.evaluate import load_model
     from retinanet.model import RetinaNet
 
-    refuse_existing_models(a.repository, TRITON_MODELS, force=a.force)
     if a.checkpoint:
         model, info = load_model(a.checkpoint, "cpu")
         image_size = info["image_size"]

@@ -118,7 +118,7 @@ def train(a: argparse.Namespace) -> dict:
     RESULTS_DIR gets checkpoint.pt, model.pt, metrics.jsonl (+ tensorboard/) and the MLPerf log
     (zoo.mlperf.log_path, benchmark "retinanet"; ``python -m zoo.mlperf`` checks it).
     """
-    from retinanet.model import model_settings
+    from retinanet.settings import model_settings
 
     recipe, run = zoo.coco.training_recipe(a, FLAG_TO_RECIPE)
     model_settings(recipe["model"])  # a bad model key ends here, before anything is written
