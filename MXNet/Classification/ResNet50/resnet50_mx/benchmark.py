@@ -94,12 +94,6 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=20, help="untimed steps first")
     p.add_argument("--output", default="results/benchmark.json", help="JSON report (zoo.bench schema)")
     args = parse_args(p, argv)
-
-    import mxnet as mx
-    from mxnet.contrib import amp as mx_amp
-
-    from resnet50_mx.processes import parse_gpus
-
     if args.steps < 1 or args.warmup < 0:
         raise UserError("--steps must be >= 1 and --warmup >= 0")
     try:
@@ -120,6 +114,11 @@ def main(argv=None):
         raise UserError(
             f"--inference-batch-sizes must be positive integers, not {args.inference_batch_sizes!r}"
         )
+    import mxnet as mx  # after the checks of the flags
+    from mxnet.contrib import amp as mx_amp
+
+    from resnet50_mx.processes import parse_gpus
+
     gpus = parse_gpus(args.gpus)
     ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]
     if args.amp == "fp16" and not gpus:

@@ -19,12 +19,10 @@ import mxnet as mx
 from zoo.errors import UserError, one_line
 from zoo.mx import mxnet_reason
 
+from . import CHECKPOINT_KIND, WHAT  # noqa: F401 (checkpoint.CHECKPOINT_KIND, as before)
 from .model import build_model
 
 REGISTRY = Path(__file__).resolve().parent.parent / "checkpoints.yaml"
-# state.json's name in our training checkpoints (zoo.mx.save_training_checkpoint), and how errors call them
-CHECKPOINT_KIND = "resnet50_mx"
-WHAT = "an MXNet ResNet-50 training checkpoint"
 
 
 def sha1_file(path) -> str:

@@ -66,13 +66,7 @@ def serve(
     of the nvidia-pytriton wheel has the python backend only, not onnxruntime.
     """
     repo = Path(model_repository)
-    if not repo.is_dir():
-        raise UserError(f"model repository {repo} does not exist (make it with scripts/export_triton.sh)")
-    names = models or [p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file()]
-    for name in names:
-        if not (repo / name / "config.pbtxt").is_file():
-            raise UserError(f"model repository {repo} has no model {name}")
-        check_config(repo / name)
+    names = served_models(repo, models)
     from zoo.dist import end_with_parent
     from zoo.triton.server import exit_on_termination_signals, sweep_stale_work_dirs, work_dir_prefix
 
@@ -103,6 +97,20 @@ def serve(
             for link in served.iterdir():
                 link.unlink()
             served.rmdir()
+
+
+def served_models(model_repository, models: list[str] | None = None) -> list[str]:
+    """The models :func:`serve` starts (``models``, else every one of the repository), each config.pbtxt
+    checked (:func:`check_config`): a one-line error before a server starts or an image is read."""
+    repo = Path(model_repository)
+    if not repo.is_dir():
+        raise UserError(f"model repository {repo} does not exist (make it with scripts/export_triton.sh)")
+    names = models or [p.name for p in repo.iterdir() if (p / "config.pbtxt").is_file()]
+    for name in names:
+        if not (repo / name / "config.pbtxt").is_file():
+            raise UserError(f"model repository {repo} has no model {name}")
+        check_config(repo / name)
+    return names
 
 
 def check_config(model_dir: Path) -> None:
@@ -231,6 +239,8 @@ def main(argv=None):
     image_size = args.image_size or _config_image_size(
         Path(args.model_repository) / args.model / "config.pbtxt"
     )
+    if not args.url:  # the served model's configuration is checked before MXNet reads the images
+        served_models(args.model_repository, [args.model])
     images, labels = load_images(args.data_dir, image_size, args.num_images)
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(

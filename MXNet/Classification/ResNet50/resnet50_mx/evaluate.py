@@ -36,6 +36,16 @@ def main(argv=None):
     p.add_argument("--gpus", help="GPU count or comma list of ids (empty: CPU)")
     p.add_argument("--threads", type=int, default=4, help="decode threads")
     args = parse_args(p, argv)
+    from .records import check_dataset, require_classes
+
+    # the flags and the data are checked before MXNet is imported
+    for flag in ("batch_size", "image_size", "num_classes", "threads"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be a positive integer, not {value}")
+    if not args.data_dir:
+        raise UserError("no validation data: pass --data-dir or set DATA_DIR")
+    checked = check_dataset(args.data_dir, ["val"], threads=args.threads)
 
     import mxnet as mx
     from mxnet.contrib import amp as mx_amp
@@ -45,15 +55,6 @@ def main(argv=None):
     from .checkpoint import load_for_inference
     from .data import DataSpec, build_loader, val_transform
     from .processes import parse_gpus
-    from .records import check_dataset, require_classes
-
-    for flag in ("batch_size", "image_size", "num_classes", "threads"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise UserError(f"--{flag.replace('_', '-')} must be a positive integer, not {value}")
-    if not args.data_dir:
-        raise UserError("no validation data: pass --data-dir or set DATA_DIR")
-    checked = check_dataset(args.data_dir, ["val"], threads=args.threads)
 
     gpus = parse_gpus(args.gpus)
     ctx = [mx.gpu(g) for g in gpus] or [mx.cpu()]

@@ -166,9 +166,6 @@ def main(argv=None):
     p.add_argument("--num-classes", type=int, help="expected class count (checked against the checkpoint)")
     p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = p.parse_args(argv)
-
-    from .checkpoint import load_for_inference
-
     for flag in ("image_size", "max_batch_size", "num_classes"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -176,6 +173,7 @@ def main(argv=None):
     from zoo.triton.repository import refuse_existing_models
 
     refuse_existing_models(args.model_repository, triton_models(args.name_prefix), force=args.force)
+    from .checkpoint import load_for_inference  # MXNet, after the checks that need none
 
     net, meta = load_for_inference(args.checkpoint, num_classes=args.num_classes)
     image_size = args.image_size or meta.get("image_size", 224)

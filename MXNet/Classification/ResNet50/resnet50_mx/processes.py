@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 
-import mxnet as mx
 from zoo.errors import UserError, one_line
 
 # The kvstore key through which workers agree on a preemption: an int, as the trainer's keys (its
@@ -25,8 +24,9 @@ from zoo.errors import UserError, one_line
 PREEMPTION_KEY = 1 << 20
 
 
-def parse_gpus(value: str | None) -> list[int]:
-    """``"0,1"`` -> [0, 1]; ``"4"`` alone means the first four; empty/None means the CPU."""
+def gpu_ids(value: str | None) -> list[int]:
+    """``"0,1"`` -> [0, 1]; ``"4"`` alone means the first four; empty/None means the CPU. Needs no MXNet:
+    :func:`parse_gpus` also checks that the machine has them."""
     if value in (None, "", "cpu"):
         return []
     try:
@@ -35,7 +35,14 @@ def parse_gpus(value: str | None) -> list[int]:
         raise UserError(f"--gpus must be a count or a comma list of GPU ids, got {value!r}") from None
     if any(item < 0 for item in items):  # range(-1) would be no GPU at all: a silent CPU run
         raise UserError(f"--gpus {value}: a GPU count or ids must not be negative (0 or cpu: the CPU)")
-    gpus = list(range(items[0])) if len(items) == 1 and "," not in str(value) else items
+    return list(range(items[0])) if len(items) == 1 and "," not in str(value) else items
+
+
+def parse_gpus(value: str | None) -> list[int]:
+    """:func:`gpu_ids`, every one of them a GPU of this machine."""
+    import mxnet as mx
+
+    gpus = gpu_ids(value)
     available = mx.context.num_gpus()
     if gpus and max(gpus) >= available:
         raise UserError(f"--gpus {value} asks for GPU {max(gpus)} but this machine has {available} GPU(s)")
@@ -62,6 +69,8 @@ class Processes:
         elif kvstore.startswith("dist"):
             raise UserError(f"kvstore {kvstore} needs the DMLC_* environment of MXNet's launcher")
         if kvstore.startswith("dist") or num_devices > 1:
+            import mxnet as mx
+
             self.kv = mx.kv.create(kvstore)
         self.rank = self.kv.rank if self.kv else 0
         self.world = self.kv.num_workers if self.kv else 1
@@ -84,6 +93,8 @@ class Processes:
 
         if self.world == 1:
             return Preemption()
+        import mxnet as mx
+
         if self.hvd is not None:  # not run by the tests (no Horovod here)
             hvd = self.hvd
             return Preemption(
@@ -96,6 +107,8 @@ class Processes:
 
     def _any_flag(self, flag: bool) -> bool:
         """Whether any worker's ``flag`` is set (every worker calls it together)."""
+        import mxnet as mx
+
         self.kv.push(PREEMPTION_KEY, mx.nd.array([float(flag)]))
         total = mx.nd.zeros((1,))
         self.kv.pull(PREEMPTION_KEY, out=total)

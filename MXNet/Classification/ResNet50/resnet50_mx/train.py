@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,23 +64,34 @@ def check_run(run) -> None:
             raise UserError(f"run.{key} must be 'N epochs' or null, not '{interval}': it ends an epoch")
 
 
-def check_data(spec: DataSpec, evaluating: bool) -> dict:
+def check_data(recipe: dict, evaluating: bool) -> dict:
     """Check the RecordIO files the run reads (records.check_dataset) and that the recipe's class count
-    is the data's; returns what was found per split ({} for synthetic data)."""
-    if spec.backend == "synthetic":
+    is the data's; returns what was found per split ({} for synthetic data). Needs no MXNet."""
+    data_cfg = recipe["data"]
+    if data_cfg["backend"] == "synthetic":
         return {}
-    if spec.data_dir is None:
-        raise UserError(f"--data-backend {spec.backend} needs --data-dir (or use --data-backend synthetic)")
+    if data_cfg.get("dir") is None:
+        raise UserError(
+            f"--data-backend {data_cfg['backend']} needs --data-dir (or use --data-backend synthetic)"
+        )
     splits = ["train", "val"] if evaluating else ["train"]
-    checked = check_dataset(spec.data_dir, splits, threads=spec.threads)
+    checked = check_dataset(data_cfg["dir"], splits, threads=data_threads(recipe))
     require_classes(
-        spec.data_dir,
+        data_cfg["dir"],
         checked,
-        spec.num_classes,
+        int(recipe["model"]["num_classes"]),
         "the recipe (model.num_classes, --num-classes)",
         "pass --num-classes {count}",
     )
     return checked
+
+
+def data_threads(recipe: dict) -> int:
+    """data.threads, the decoding threads; a one-line error unless a positive integer."""
+    threads = recipe["data"].get("threads", 4)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise UserError(f"data.threads must be a positive integer (decoding threads), not {threads!r}")
+    return threads
 
 
 def log_mlperf_settings(mlperf, recipe: dict, run, *, global_batch, base_lr, train_samples, eval_samples):
@@ -131,9 +143,7 @@ def data_spec(recipe: dict, run, procs, ctx) -> DataSpec:
     from resnet50_mx.data import DataSpec
 
     data_cfg, model_cfg = recipe["data"], recipe["model"]
-    threads = data_cfg.get("threads", 4)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise UserError(f"data.threads must be a positive integer (decoding threads), not {threads!r}")
+    threads = data_threads(recipe)
     return DataSpec(
         backend=data_cfg["backend"],
         data_dir=data_cfg.get("dir"),
@@ -153,12 +163,33 @@ def data_spec(recipe: dict, run, procs, ctx) -> DataSpec:
 
 def run_training(recipe: dict, args) -> dict:
     """Train as the recipe says; returns the final metrics (train loss, top1/top5 if evaluated)."""
+    from zoo.checkpoint_folder import read_state
+
+    from resnet50_mx import CHECKPOINT_KIND, WHAT
+    from resnet50_mx.processes import gpu_ids
+
+    if os.environ.get("DMLC_ROLE") in ("scheduler", "server"):
+        import mxnet  # noqa: F401 - a scheduler or server process serves inside the import (processes.py)
+    run = run_config(recipe, args.recipe)
+    check_run(run)
+    layout = recipe["model"].get("layout", "NCHW")
+    evaluating = not args.no_eval and recipe["data"]["backend"] != "synthetic"
+    # Everything a run reads is checked before it writes anything, and what needs no MXNet before it is
+    # imported: --gpus, the data (the C++ reader would crash on a bad record), its class count, the state
+    # of the checkpoint it continues (its parameters are read once MXNet is).
+    gpus = recipe["dist"]["gpus"]
+    gpu_ids(None if gpus in (0, None) else str(gpus))  # devices() also checks that the machine has them
+    checked = check_data(recipe, evaluating)
+    results = Path(args.results_dir)
+    resume = resume_from(args)
+    if resume:
+        read_state(resume, name=CHECKPOINT_KIND, what=WHAT)
+
     import mxnet as mx
     from zoo.log import MetricsLogger
     from zoo.mlperf import CLOSED_TARGETS, MLPerfLogger, log_path
     from zoo.mx import load_training_checkpoint, save_training_checkpoint
 
-    from resnet50_mx.checkpoint import CHECKPOINT_KIND, WHAT
     from resnet50_mx.data import build_loader
     from resnet50_mx.engine import evaluate, train_one_epoch
     from resnet50_mx.model import build_model, count_parameters
@@ -170,17 +201,8 @@ def run_training(recipe: dict, args) -> dict:
         restore_loss_scaler,
     )
 
-    run = run_config(recipe, args.recipe)
-    check_run(run)
     procs, ctx = devices(recipe, run.precision, args.horovod)
     spec = data_spec(recipe, run, procs, ctx)
-    layout = recipe["model"].get("layout", "NCHW")
-    evaluating = not args.no_eval and spec.backend != "synthetic"
-    # Everything a run reads is checked before it writes anything: the data (the C++ reader would
-    # crash on a bad record), its class count, the checkpoint it continues.
-    checked = check_data(spec, evaluating)
-    results = Path(args.results_dir)
-    resume = resume_from(args)
     resumed = load_training_checkpoint(resume, name=CHECKPOINT_KIND, what=WHAT) if resume else None
     if resumed:
         check_resume_fits(resume, resumed, num_classes=spec.num_classes, layout=layout)
