@@ -27,11 +27,12 @@ def resolve_checkpoint(checkpoint: str, cache_dir=None):
 def load_keras_applications_model(path, image_size: int = 224):
     """(model, info) for a Keras-Applications .h5 with its classifier: our v1 model with caffe input."""
     from resnet50_tf.keras_applications import read_h5_weights
-    from resnet50_tf.model import resnet50
 
     predictions = read_h5_weights(path).get("predictions")
     if not predictions:
         raise UserError(f"{path} has no classifier (a notop file): it cannot be evaluated or exported")
+    from resnet50_tf.model import resnet50
+
     num_classes = int(predictions[-1].shape[0])
     model = resnet50(num_classes, image_size=image_size, variant="v1", input_mode="caffe")
     restore_weights(model, path)
@@ -45,15 +46,26 @@ WHAT = "a TensorFlow ResNet-50 checkpoint"
 
 def read_training_state(path, flag: str = "--checkpoint") -> dict:
     """The state of our training checkpoint at ``path`` (a run directory, its checkpoint/ folder or one
-    step-N folder): step, epoch, recipe, num_classes, classes, image_size; a one-line error otherwise."""
+    step-N folder): step, epoch, recipe, num_classes, classes, image_size; a one-line error otherwise,
+    also when its variables cannot be read or a data file was cut short (TensorFlow reads the index)."""
     from zoo.tf import load_training_checkpoint
 
     return load_training_checkpoint(path, name=CHECKPOINT_KIND, what=WHAT, flag=flag)
 
 
+def read_state(path, flag: str = "--checkpoint") -> dict:
+    """:func:`read_training_state` without TensorFlow: only the state.json, and only its checks (another
+    file, another network's checkpoint), so that an entry point refuses those before importing it (a
+    Keras .h5 is for :func:`check_checkpoint`)."""
+    from zoo.checkpoint_folder import read_state as read_folder_state
+
+    return read_folder_state(path, name=CHECKPOINT_KIND, what=WHAT, flag=flag)
+
+
 def check_checkpoint(path, num_classes: int, flag: str = "--checkpoint") -> None:
     """A one-line error, before a run writes anything, when ``path`` is not a ResNet-50 checkpoint with a
-    ``num_classes``-way classifier (a Keras .h5 is only checked to be one: its classifier is optional)."""
+    ``num_classes``-way classifier (a Keras .h5 is only checked to be one: its classifier is optional).
+    :func:`read_state` refuses another file or network before TensorFlow is imported."""
     if str(path).endswith(".h5"):
         from resnet50_tf.keras_applications import read_h5_weights
 
@@ -78,9 +90,9 @@ def restore_weights(model, path, flag: str = "--checkpoint") -> None:
 
 def load_model_from_run(path, num_classes: int | None = None, image_size: int | None = None):
     """(model, info) rebuilt from our training checkpoint's state (classes, image size) and restored."""
+    info = read_state(path)  # another file or network refused before TensorFlow is imported
     from resnet50_tf.model import resnet50
 
-    info = read_training_state(path)
     classes = num_classes or info["num_classes"]
     model = resnet50(int(classes), image_size=image_size or info["image_size"])
     restore_weights(model, path)

@@ -11,65 +11,20 @@ sequence every time it is built: that is what makes resume-after-interrupt equal
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
 import tensorflow as tf
-from zoo.errors import UserError, one_line
+from zoo.errors import UserError
 
 from resnet50_tf import IMAGENET_MEAN, IMAGENET_STD
 
-SPLITS = {"train": "train", "val": "validation"}
+# dataset.json and the shards' names are read without TensorFlow (tfrecords.py): runs check them before
+# importing it. Imported here too for the pipelines' callers.
+from resnet50_tf.tfrecords import SPLITS, DatasetInfo, read_dataset_info  # noqa: F401
+
 FEATURES = {
     "image/encoded": tf.io.FixedLenFeature([], tf.string),
     "image/class/label": tf.io.FixedLenFeature([], tf.int64),
 }
 EVAL_CROP_FRACTION = 0.875  # resize to size / 0.875 (256 for 224), then centre crop
-
-
-@dataclass
-class DatasetInfo:
-    data_dir: Path
-    classes: list[str]
-    train_examples: int
-    val_examples: int
-    label_offset: int = 0  # subtracted from stored labels (1 for TFRecords with a background class 0)
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.classes)
-
-    def files(self, split: str) -> list[str]:
-        shard = re.compile(rf"{SPLITS[split]}-\d+-of-\d+")  # not .tmp leftovers nor DALI .idx files
-        found = sorted(str(p) for p in self.data_dir.iterdir() if shard.fullmatch(p.name))
-        if not found:
-            raise UserError(f"no {SPLITS[split]}-*-of-* TFRecord shards in {self.data_dir}")
-        return found
-
-
-def read_dataset_info(data_dir) -> DatasetInfo:
-    """The TFRecord directory's dataset.json, checked; a clear error if the directory is not one."""
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise UserError(f"data dir {data_dir} does not exist")
-    meta = data_dir / "dataset.json"
-    if not meta.is_file():
-        raise UserError(
-            f"{data_dir} has no dataset.json: convert an ImageNet-style folder with scripts/convert_tfrecords.sh"
-        )
-    try:
-        info = json.loads(meta.read_text())
-        return DatasetInfo(
-            data_dir=data_dir,
-            classes=list(info["classes"]),
-            train_examples=int(info["train_examples"]),
-            val_examples=int(info["validation_examples"]),
-            label_offset=int(info.get("label_offset", 0)),
-        )
-    except (ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{meta} is not a valid dataset description: {one_line(e)}") from None
 
 
 def normalize(images):

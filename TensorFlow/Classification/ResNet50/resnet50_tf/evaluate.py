@@ -57,20 +57,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 @entry_point
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from zoo.tf import make_runtime
+    from resnet50_tf.checkpoint import read_state, resolve_checkpoint
+    from resnet50_tf.tfrecords import check_lengths, read_dataset_info
 
-    runtime = make_runtime("auto")
-    from resnet50_tf import data
-    from resnet50_tf.checkpoint import read_training_state, resolve_checkpoint, restore_weights
-    from resnet50_tf.engine import evaluate
-    from resnet50_tf.model import resnet50
-    from resnet50_tf.step import TrainStep, set_precision
-    from resnet50_tf.tfrecords import check_dataset
-
-    info = None if args.synthetic else data.read_dataset_info(args.data_dir)
-    if info is not None:
-        check_dataset(info, ["val"])
+    # what needs no TensorFlow is checked before it is imported: the data's description and shard
+    # lengths, the checkpoint's state
+    info = None if args.synthetic else read_dataset_info(args.data_dir)
+    lengths = None if info is None else check_lengths(info, ["val"])
     args.checkpoint, preprocessing = resolve_checkpoint(args.checkpoint)
     keras_h5 = str(args.checkpoint).endswith(".h5")
     if keras_h5:  # Keras Applications weights: ResNet-50 v1 with BGR "caffe" input, run as published
@@ -78,13 +71,26 @@ def main(argv=None) -> dict:
         if not os.path.isfile(args.checkpoint):
             raise UserError(f"checkpoint {args.checkpoint} not found")
     else:
-        run = read_training_state(args.checkpoint)
+        run = read_state(args.checkpoint)  # its variables are read with the weights (restore_weights)
     if info is None:  # synthetic: as many classes as the checkpoint has
         info = _synthetic_info(run.get("num_classes", 1000))
     if run and run.get("num_classes") != info.num_classes:
         raise UserError(
             f"checkpoint has {run.get('num_classes')} classes but {args.data_dir} has {info.num_classes}"
         )
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from zoo.tf import make_runtime
+
+    runtime = make_runtime("auto")
+    from resnet50_tf import data
+    from resnet50_tf.checkpoint import restore_weights
+    from resnet50_tf.engine import evaluate
+    from resnet50_tf.model import resnet50
+    from resnet50_tf.step import TrainStep, set_precision
+    from resnet50_tf.tfrecords import check_dataset
+
+    if lengths is not None:
+        check_dataset(info, ["val"], lengths)  # the images decoded (shards no manifest vouches for)
     image_size = args.image_size or (preprocessing.crop if preprocessing else run.get("image_size", 224))
     if preprocessing:  # a registry checkpoint is scored as it was published
         print(f"preprocessing: {preprocessing.describe()}", file=sys.stderr)
@@ -115,7 +121,7 @@ def main(argv=None) -> dict:
 
 
 def _synthetic_info(num_classes: int):
-    from resnet50_tf.data import DatasetInfo
+    from resnet50_tf.tfrecords import DatasetInfo
 
     return DatasetInfo(
         data_dir=None, classes=[str(i) for i in range(num_classes)], train_examples=0, val_examples=0

@@ -13,19 +13,62 @@ training or evaluation starts, instead of a DataLossError traceback in the middl
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.errors import UserError
+from zoo.errors import UserError, one_line
 
-from resnet50_tf.data import SPLITS, DatasetInfo, read_dataset_info
-
+SPLITS = {"train": "train", "val": "validation"}
 DECODE_AT_START = 50_000  # a training split this small is decoded at start-up without a manifest
 RECORD_HEAD = struct.Struct("<QI")  # length, masked crc32c of the length
 FOOTER = 4  # masked crc32c of the data
+
+
+@dataclass
+class DatasetInfo:
+    data_dir: Path
+    classes: list[str]
+    train_examples: int
+    val_examples: int
+    label_offset: int = 0  # subtracted from stored labels (1 for TFRecords with a background class 0)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def files(self, split: str) -> list[str]:
+        shard = re.compile(rf"{SPLITS[split]}-\d+-of-\d+")  # not .tmp leftovers nor DALI .idx files
+        found = sorted(str(p) for p in self.data_dir.iterdir() if shard.fullmatch(p.name))
+        if not found:
+            raise UserError(f"no {SPLITS[split]}-*-of-* TFRecord shards in {self.data_dir}")
+        return found
+
+
+def read_dataset_info(data_dir) -> DatasetInfo:
+    """The TFRecord directory's dataset.json, checked; a clear error if the directory is not one."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise UserError(f"data dir {data_dir} does not exist")
+    meta = data_dir / "dataset.json"
+    if not meta.is_file():
+        raise UserError(
+            f"{data_dir} has no dataset.json: convert an ImageNet-style folder with scripts/convert_tfrecords.sh"
+        )
+    try:
+        info = json.loads(meta.read_text())
+        return DatasetInfo(
+            data_dir=data_dir,
+            classes=list(info["classes"]),
+            train_examples=int(info["train_examples"]),
+            val_examples=int(info["validation_examples"]),
+            label_offset=int(info.get("label_offset", 0)),
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{meta} is not a valid dataset description: {one_line(e)}") from None
 
 
 @dataclass
@@ -138,25 +181,38 @@ def _expected_examples(info: DatasetInfo, split: str) -> int:
     return info.train_examples if split == "train" else info.val_examples
 
 
-def check_dataset(info: DatasetInfo, splits) -> dict[str, list[ShardCheck]]:
-    """Check the shards of ``splits`` as a run needs them (shards the manifest vouches for are
-    trusted); returns the checks per split. Never writes in the data directory."""
+def check_lengths(info: DatasetInfo, splits) -> dict[str, list[ShardCheck]]:
+    """The length pass of :func:`check_dataset` over ``splits``, without TensorFlow: the shards the
+    manifest vouches for by its facts (their labels checked against dataset.json), the others by their
+    length fields; the counts of dataset.json. A run does it before importing TensorFlow."""
     from zoo.manifest import DataManifest
 
     manifest = DataManifest.read(info.data_dir)
     found = {}
     for split in splits:
         shards = [Path(p) for p in info.files(split)]
-        decode = split == "val" or _expected_examples(info, split) <= DECODE_AT_START
-        checks, unverified = [], []
+        checks = []
         for shard in shards:
             facts = manifest.lookup(shard)
             if facts and facts.get("decoded"):
                 checks.append(ShardCheck(facts["records"], facts.get("label_max"), True))
             else:
                 checks.append(ShardCheck(count_records(shard), None, False))
-                unverified.append(len(checks) - 1)
         _check_count(info, split, checks)
+        _check_labels(info, split, shards, checks)
+        found[split] = checks
+    return found
+
+
+def check_dataset(info: DatasetInfo, splits, lengths: dict | None = None) -> dict[str, list[ShardCheck]]:
+    """Check the shards of ``splits`` as a run needs them (shards the manifest vouches for are
+    trusted); returns the checks per split. Never writes in the data directory. ``lengths``:
+    :func:`check_lengths`'s answer for ``splits`` when the run did that pass already."""
+    found = check_lengths(info, splits) if lengths is None else lengths
+    for split, checks in found.items():
+        shards = [Path(p) for p in info.files(split)]
+        decode = split == "val" or _expected_examples(info, split) <= DECODE_AT_START
+        unverified = [i for i, check in enumerate(checks) if not check.decoded]
         if decode:
             for i in unverified:
                 checks[i] = check_content(shards[i], info)
@@ -167,8 +223,6 @@ def check_dataset(info: DatasetInfo, splits) -> dict[str, list[ShardCheck]]:
                 "records the result in manifest.json)",
                 file=sys.stderr,
             )
-        _check_labels(info, split, shards, checks)
-        found[split] = checks
     return found
 
 
@@ -197,10 +251,12 @@ def verify_dataset(data_dir) -> DatasetInfo:
 
     info = read_dataset_info(data_dir)
     manifest = DataManifest.read(info.data_dir)
+    shards = {split: [Path(p) for p in info.files(split)] for split in SPLITS}
+    for shard in (shard for split in SPLITS for shard in shards[split]):
+        count_records(shard)  # every length first: a shard cut short is named before TensorFlow is imported
     for split in SPLITS:
         checks = []
-        for shard in map(Path, info.files(split)):
-            count_records(shard)
+        for shard in shards[split]:
             checks.append(check_content(shard, info))
             manifest.record(shard, records=checks[-1].records, label_max=checks[-1].label_max, decoded=True)
         _check_count(info, split, checks)

@@ -31,6 +31,7 @@ from zoo.recipe import run_config
 from zoo.retention import improves
 
 from resnet50_tf import DEFAULT_RECIPE
+from resnet50_tf.checkpoint import read_state
 
 DATA_HELP = "TFRecord folder: dataset.json + train-*/validation-* shards ($DATA_DIR)"
 DATA_BACKENDS = ("tfdata", "dali", "synthetic")
@@ -113,20 +114,21 @@ def build_recipe(args) -> dict:
 
 
 def read_data(args):
-    """(dataset info or None for synthetic data, class names), checked before the run writes anything."""
-    from resnet50_tf.data import read_dataset_info
-    from resnet50_tf.tfrecords import check_dataset
+    """(dataset info or None for synthetic data, class names, the shards' length pass or None), checked
+    before the run writes anything and before TensorFlow is imported; the content pass needs it
+    (tfrecords.check_dataset, given these lengths)."""
+    from resnet50_tf.tfrecords import check_lengths, read_dataset_info
 
     if args.data_backend == "synthetic":
-        return None, [str(i) for i in range(args.num_classes or 1000)]
+        return None, [str(i) for i in range(args.num_classes or 1000)], None
     info = read_dataset_info(args.data_dir)
-    check_dataset(info, ["train"] if args.no_eval else ["train", "val"])
+    lengths = check_lengths(info, ["train"] if args.no_eval else ["train", "val"])
     if args.num_classes is not None and args.num_classes != len(info.classes):
         raise UserError(
             f"--num-classes {args.num_classes}, but {info.data_dir / 'dataset.json'} lists "
             f"{len(info.classes)} classes (TFRecords bring their classes: leave --num-classes out)"
         )
-    return info, info.classes
+    return info, info.classes, lengths
 
 
 def steps_of_an_epoch(args, info, global_batch: int) -> int:
@@ -208,6 +210,17 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     recipe = build_recipe(args)
     run = run_config(recipe, args.recipe)
+    results_dir = Path(args.results_dir)
+    resume_from = resolve_resume(args.resume, checkpoint_pointer(results_dir))
+    # Everything the run reads is checked before it writes anything, and what needs no TensorFlow before
+    # it is imported: the recipe, the results dir, the data's description and shard lengths, the
+    # checkpoint's state.
+    info, classes, lengths = read_data(args)
+    checkpoint, flag = (
+        (resume_from, "--resume") if resume_from else (args.init_checkpoint, "--init-checkpoint")
+    )
+    if checkpoint and not str(checkpoint).endswith(".h5"):
+        read_state(checkpoint, flag)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     from zoo.tf import make_runtime
@@ -226,21 +239,18 @@ def main(argv=None) -> dict:
     from resnet50_tf.model import resnet50
     from resnet50_tf.optim import build_optimizer
     from resnet50_tf.step import TrainStep, set_precision
-    from resnet50_tf.tfrecords import first_line
+    from resnet50_tf.tfrecords import check_dataset, first_line
 
     keras.utils.set_random_seed(run.seed)
     if args.deterministic:
         tf.config.experimental.enable_op_determinism()
     set_precision(run.precision)
-    results_dir = Path(args.results_dir)
-    resume_from = resolve_resume(args.resume, checkpoint_pointer(results_dir))
-
-    # Everything the run reads is checked before it writes anything: the data, the checkpoint.
-    info, classes = read_data(args)
-    if resume_from:
-        check_checkpoint(resume_from, len(classes), "--resume")
-    elif args.init_checkpoint:
-        check_checkpoint(args.init_checkpoint, len(classes), "--init-checkpoint")
+    # what needs TensorFlow: the images decoded (shards no manifest vouches for), the checkpoint's variables
+    # (a checkpoint cut short is named before one of other classes)
+    if info is not None:
+        check_dataset(info, list(lengths), lengths)
+    if checkpoint:
+        check_checkpoint(checkpoint, len(classes), flag)
     results_dir.mkdir(parents=True, exist_ok=True)
     if runtime.is_chief:  # what a write killed midway left (zoo.tf's checkpoint writer clears its own)
         remove_stale_temps(results_dir)
