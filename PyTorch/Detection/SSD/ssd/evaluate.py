@@ -108,11 +108,11 @@ def main(argv=None) -> None:
     add_evaluate_args(p, train_module="ssd.train", batch_size=32, amp_help=amp_help)
     p.add_argument("--results-json", help="also write the detections (COCO result format) here")
     a = parse_args(p, argv)
+    image_dir, annotation_file = evaluation_split(a)  # the flags and the folders, before torch
 
     from ssd.data import build_loader
     from ssd.model import build_inference_model
 
-    image_dir, annotation_file = evaluation_split(a)
     model, category_ids = load_model(a.checkpoint, a.device)
     loader = build_loader(image_dir, annotation_file, train=False, batch_size=a.batch_size, workers=a.workers)
     if len(loader.dataset.category_ids) != len(category_ids):

@@ -223,15 +223,16 @@ def main(argv=None) -> None:
     p.add_argument("--max-batch-size", type=int, default=16)
     add_repository_args(p, onnx_models="the ONNX models")
     a = parse_args(p, argv)
-
-    import torch
     from zoo.triton.repository import refuse_existing_models
+
+    models = triton_models(a.amp)
+    refuse_existing_models(a.repository, models, force=a.force)
+
+    import torch  # once the repository has passed its check
 
     from ssd.evaluate import load_model
     from ssd.model import SSD300
 
-    models = triton_models(a.amp)
-    refuse_existing_models(a.repository, models, force=a.force)
     if a.checkpoint:
         model, _ = load_model(a.checkpoint, "cpu")
     else:
