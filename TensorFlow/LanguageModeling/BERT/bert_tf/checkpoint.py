@@ -238,14 +238,29 @@ def _google_module(layout: str, module: str) -> str | None:
 # --- reading files ---------------------------------------------------------------------------
 
 
-def read_weights(path) -> dict[str, np.ndarray]:
-    """Google-named arrays from a Google checkpoint prefix or zip, or an .npz / .safetensors of any
-    supported layout. A one-line error for anything else."""
+def weights_source(path) -> tuple[str, Path]:
+    """(kind, path) of a weights file :func:`read_weights` takes: ``prefix`` (a Google checkpoint prefix,
+    also of a zip, which is unpacked beside it), ``npz`` or ``safetensors``. A one-line error for anything
+    else, without TensorFlow: entry points call it before importing it."""
     path = Path(path)
     if path.suffix == ".zip":
         path = unpack_google_zip(path)
     prefix = path.with_suffix("") if path.suffix == ".index" else path
     if Path(str(prefix) + ".index").is_file():
+        return "prefix", prefix
+    if not path.is_file():
+        raise UserError(f"checkpoint {path} does not exist")
+    if path.suffix in (".npz", ".safetensors"):
+        return path.suffix[1:], path
+    raise UserError(f"{path}: not a checkpoint prefix, Google zip, .npz or .safetensors")
+
+
+def read_weights(path) -> dict[str, np.ndarray]:
+    """Google-named arrays from a Google checkpoint prefix or zip, or an .npz / .safetensors of any
+    supported layout. A one-line error for anything else."""
+    kind, path = weights_source(path)
+    if kind == "prefix":
+        prefix = path
         import tensorflow as tf
         from zoo.tf import checkpoint_data_problem
 
@@ -265,21 +280,17 @@ def read_weights(path) -> dict[str, np.ndarray]:
                 f"{prefix} is not a Google BERT checkpoint (a training run's? pass its run directory)"
             )
         return to_google(state)
-    if not path.is_file():
-        raise UserError(f"checkpoint {path} does not exist")
-    if path.suffix == ".npz":
+    if kind == "npz":
         try:
             with np.load(path) as data:
                 return to_google({k: data[k] for k in data.files})
         except (OSError, ValueError, zipfile.BadZipFile) as e:
             raise UserError(f"{path} is not a readable .npz: {e}") from None
-    if path.suffix == ".safetensors":
-        try:
-            from safetensors.numpy import load_file
-        except ImportError:
-            raise UserError(f"{path} needs the safetensors package (pip install safetensors)") from None
-        return to_google(load_file(str(path)))
-    raise UserError(f"{path}: not a checkpoint prefix, Google zip, .npz or .safetensors")
+    try:
+        from safetensors.numpy import load_file
+    except ImportError:
+        raise UserError(f"{path} needs the safetensors package (pip install safetensors)") from None
+    return to_google(load_file(str(path)))
 
 
 def unpack_google_zip(path) -> Path:
@@ -315,11 +326,12 @@ CHECKPOINT_OWNER = "TensorFlow BERT"
 CHECKPOINT_WHAT = "a TensorFlow BERT checkpoint"
 
 
-def find_run_checkpoint(path, flag: str = "--init-checkpoint") -> dict | None:
+def find_run_checkpoint(path, flag: str = "--init-checkpoint", *, state_only: bool = False) -> dict | None:
     """The state of a training run's checkpoint (zoo.tf.save_training_checkpoint: task, config, step, ...)
     at ``path`` (the run directory, its checkpoint/ folder, latest.json or one step-N folder), with
-    ``folder``; None when ``path`` is none of these (then it is a weights file)."""
-    from zoo.checkpoint_folder import CHECKPOINT_NAME, LATEST, STATE
+    ``folder``; None when ``path`` is none of these (then it is a weights file). ``state_only``: read
+    its state.json alone, without TensorFlow (its variables unread: a checkpoint cut short passes)."""
+    from zoo.checkpoint_folder import CHECKPOINT_NAME, LATEST, STATE, read_state
     from zoo.tf import load_training_checkpoint
 
     path = Path(path)
@@ -328,7 +340,15 @@ def find_run_checkpoint(path, flag: str = "--init-checkpoint") -> dict | None:
         path.name in (LATEST, STATE) and path.is_file()
     ):
         return None
-    return load_training_checkpoint(path, name=CHECKPOINT_OWNER, what=CHECKPOINT_WHAT, flag=flag)
+    read = read_state if state_only else load_training_checkpoint
+    return read(path, name=CHECKPOINT_OWNER, what=CHECKPOINT_WHAT, flag=flag)
+
+
+def check_start_weights(path, flag: str = "--init-checkpoint") -> None:
+    """What :func:`load_weights` can refuse without TensorFlow, before an entry point imports it: a run's
+    checkpoint by its state.json, any other file by its kind (:func:`weights_source`)."""
+    if find_run_checkpoint(path, flag, state_only=True) is None:
+        weights_source(path)
 
 
 def named_weights(model) -> dict:

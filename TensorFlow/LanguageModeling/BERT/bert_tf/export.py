@@ -164,12 +164,14 @@ def triton_models(savedmodel: bool = True) -> list[str]:
 def load_squad_model(checkpoint, vocab_size: int, model_name: str = "bert-large"):
     """A fine-tuned SQuAD model: a fine-tuning run directory, its squad_model.npz, or Google / PyTorch /
     Hugging Face SQuAD weights (the span head must be there)."""
-    from bert_tf.checkpoint import load_weights
+    from bert_tf.checkpoint import check_start_weights, load_weights
     from bert_tf.finetune_squad import model_config
-    from bert_tf.model import build_question_answering
 
     if not Path(checkpoint).exists() and not Path(str(checkpoint) + ".index").exists():
         raise UserError(f"checkpoint {checkpoint} does not exist")
+    check_start_weights(checkpoint)  # another file refused before TensorFlow is imported
+    from bert_tf.model import build_question_answering
+
     config = model_config({"model": model_name}, vocab_size, str(checkpoint))
     model = build_question_answering(config)
     report = load_weights(model, checkpoint)

@@ -164,10 +164,16 @@ def main(argv=None) -> dict | None:
     from zoo.data.wordpiece import load_tokenizer
     from zoo.tf import make_runtime
 
-    # both files are checked before anything is trained or written
+    from bert_tf.checkpoint import check_start_weights
+
+    # both files, the vocabulary and the start weights' kind are checked before anything is trained or
+    # written, and before TensorFlow is imported
     train_examples = read_squad(args.train_file)[0] if args.do_train else None
     if args.do_predict:
         read_squad(args.predict_file)
+    tokenizer = load_tokenizer(args.vocab)
+    if args.init_checkpoint:
+        check_start_weights(args.init_checkpoint)
     runtime = make_runtime(args.distribution)
 
     import keras
@@ -176,7 +182,6 @@ def main(argv=None) -> dict | None:
     from bert_tf.engine import evaluate_squad
 
     keras.mixed_precision.set_global_policy(PRECISIONS[run.precision])
-    tokenizer = load_tokenizer(args.vocab)
     results = Path(args.results_dir)
     with runtime.strategy.scope():
         model = build_model(recipe, tokenizer.get_vocab_size(), args.init_checkpoint)

@@ -64,23 +64,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def build_sources(args, recipe: dict, replicas: int):
-    """(a micro-batch source per replica, eval batches, nsp, vocab size, max_seq, train samples)."""
+def open_data(args, recipe: dict):
+    """(the training data, its evaluation batches) of --data-dir and --eval-data-dir, opened and checked
+    (zoo.data.bert.PretrainingData) before TensorFlow is imported; None with --synthetic."""
+    if args.synthetic:
+        return None
+    from bert_tf import data as bert_data
+
+    run = run_config(recipe)
+    data = bert_data.open_pretraining_data(args.data_dir, seed=run.seed)
+    eval_data = bert_data.open_pretraining_data(args.eval_data_dir, seed=0) if args.eval_data_dir else data
+    return data, bert_data.eval_batches(eval_data, int(recipe["eval_samples"]), run.batch_per_gpu)
+
+
+def build_sources(args, recipe: dict, replicas: int, opened):
+    """(a micro-batch source per replica, eval batches, nsp, vocab size, max_seq, train samples);
+    ``opened``: :func:`open_data`'s answer."""
     from bert_tf import data as bert_data
 
     run = run_config(recipe)
     batch = run.batch_per_gpu
-    if args.synthetic:
+    if opened is None:
         vocab_size, max_seq = recipe["vocab_size"], recipe["max_seq"]
         sources = [
             bert_data.SyntheticMicroBatches(batch, max_seq, recipe["max_predictions"], vocab_size, seed=run.seed + r)
             for r in range(replicas)
         ]  # fmt: skip
         return sources, [], False, vocab_size, max_seq, run.steps * batch * run.accumulation * replicas
-    data = bert_data.open_pretraining_data(args.data_dir, seed=run.seed)
+    data, eval_sets = opened
     sources = [bert_data.MicroBatches(data, batch, rank=r, world_size=replicas) for r in range(replicas)]
-    eval_data = bert_data.open_pretraining_data(args.eval_data_dir, seed=0) if args.eval_data_dir else data
-    eval_sets = bert_data.eval_batches(eval_data, int(recipe["eval_samples"]), batch)
     return sources, eval_sets, data.spec.nsp, data.specials.vocab_size, data.spec.max_seq, len(data)
 
 
@@ -131,6 +143,19 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     recipe = pretraining_recipe(args, FLAG_KEYS)
     run = run_config(recipe, args.recipe)
+    from zoo.checkpoint_folder import CHECKPOINT_NAME, checkpoint_pointer, read_state
+
+    from bert_tf.checkpoint import CHECKPOINT_OWNER, CHECKPOINT_WHAT, check_start_weights
+
+    results_dir = Path(args.results_dir)
+    resume_from = resolve_resume(args.resume, checkpoint_pointer(results_dir))
+    # what needs no TensorFlow is checked before it is imported: the checkpoint's state (its variables
+    # are read below, before anything is written), the start weights' kind, the data
+    if resume_from is not None:
+        read_state(resume_from, name=CHECKPOINT_OWNER, what=CHECKPOINT_WHAT, flag="--resume")
+    elif args.init_checkpoint:
+        check_start_weights(args.init_checkpoint)
+    opened = open_data(args, recipe)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from zoo.tf import make_runtime
 
@@ -138,15 +163,12 @@ def main(argv=None) -> dict:
 
     import keras
     import numpy as np
-    from zoo.checkpoint_folder import CHECKPOINT_NAME, checkpoint_pointer
     from zoo.io import atomic_write
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
     from zoo.tf import load_training_checkpoint, preemption, save_training_checkpoint
 
     from bert_tf.checkpoint import (
-        CHECKPOINT_OWNER,
-        CHECKPOINT_WHAT,
         export_google_npz,
         find_run_checkpoint,
         load_google,
@@ -159,13 +181,13 @@ def main(argv=None) -> dict:
 
     keras.utils.set_random_seed(run.seed)
     keras.mixed_precision.set_global_policy(PRECISIONS[run.precision])
-    results_dir = Path(args.results_dir)
-    resume_from = resolve_resume(args.resume, checkpoint_pointer(results_dir))
     if resume_from is not None:  # a wrong file ends here, before anything is written
         load_training_checkpoint(resume_from, name=CHECKPOINT_OWNER, what=CHECKPOINT_WHAT)
 
     replicas = runtime.num_replicas
-    sources, eval_sets, nsp, vocab_size, max_seq, train_samples = build_sources(args, recipe, replicas)
+    sources, eval_sets, nsp, vocab_size, max_seq, train_samples = build_sources(
+        args, recipe, replicas, opened
+    )
     recipe["max_seq"] = max_seq
     # the start weights are read before anything is written: a bad --init-checkpoint leaves no trace
     init_weights = None
