@@ -50,18 +50,19 @@ def main(argv=None) -> None:
     add_load_args(p)
     a = p.parse_args(argv)
 
-    from sklearn.metrics import roc_auc_score
-    from zoo.triton.client import serve_or_connect
-    from zoo.triton.repository import parse_pbtxt
-
-    from dlrm.data import Split, expand_categorical
-
     if not a.data_dir:
         raise SystemExit("error: give --data-dir (or set DATA_DIR)")
     repo = Path(a.repository)
     config_path = repo / MODEL / "config.pbtxt"
     if not config_path.is_file():
         raise SystemExit(f"error: {repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
+
+    from sklearn.metrics import roc_auc_score
+    from zoo.triton.client import serve_or_connect
+    from zoo.triton.repository import parse_pbtxt
+
+    from dlrm.data import Split, expand_categorical
+
     config = parse_pbtxt(config_path.read_text())
     width = int(next(t for t in config.input if t.name == "sparse").dims[0])
     hotness_file = repo / MODEL / "hotness.txt"

@@ -33,14 +33,16 @@ def main(argv=None) -> None:
     from zoo.torch import SHARDED_CHECKPOINT_NAME, close_distributed, init_distributed
 
     from dlrm.data import Split, read_meta
-    from dlrm.engine import evaluate
-    from dlrm.step import TrainStep, read_checkpoint
 
     if not args.data_dir:
         raise UserError("give --data-dir (or set DATA_DIR)")
     results_dir = pathlib.Path(args.results_dir)
     checkpoint = pathlib.Path(args.checkpoint or results_dir / SHARDED_CHECKPOINT_NAME)
-    meta = read_meta(args.data_dir)
+    meta = read_meta(args.data_dir)  # before torch is imported: bad input ends in a second
+
+    from dlrm.engine import evaluate
+    from dlrm.step import TrainStep, read_checkpoint
+
     saved = read_checkpoint(checkpoint, flag="--checkpoint")  # a wrong path ends here, before any work
     # the recipe it was trained with (tables, embedding path, evaluation batch); --recipe and --set win
     recipe = recipe_from_args(args, saved=saved["recipe"])

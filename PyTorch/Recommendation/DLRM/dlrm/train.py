@@ -108,11 +108,20 @@ def log_mlperf_settings(
 
 def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resume, device_name=None) -> dict:
     """The training run; returns {"auc", "step", "samples", "status"} (auc None if never evaluated)."""
+    from zoo.recipe import run_config
+
+    from dlrm.data import Split, read_meta
+
+    # Everything a run reads is checked before it writes anything into the results folder; the recipe
+    # and the data before torch is imported (bad input ends in a second).
+    run = run_config(recipe)
+    meta = read_meta(data_dir)
+    train_split, val_split = Split(data_dir, "train", meta), Split(data_dir, "val", meta)
+
     import torch
     from zoo.io import atomic_write
     from zoo.log import MetricsLogger
     from zoo.mlperf import MLPerfLogger, log_path
-    from zoo.recipe import run_config
     from zoo.retention import improves
     from zoo.rng import set_rng_state
     from zoo.torch import (
@@ -123,20 +132,15 @@ def train(recipe: dict, data_dir: pathlib.Path, results_dir: pathlib.Path, resum
         recover_sharded_checkpoint,
     )
 
-    from dlrm.data import Split, read_meta
     from dlrm.engine import evaluate, train_one_epoch
     from dlrm.step import TrainStep, check_recipe, read_checkpoint
 
-    run = run_config(recipe)
     check_recipe(recipe)
     env, device = init_distributed(device_name)
     checkpoint = results_dir / SHARDED_CHECKPOINT_NAME
     recover_sharded_checkpoint(checkpoint)  # a run killed while saving left its last whole checkpoint aside
     resume_from = resolve_resume(resume, checkpoint)
-    # Everything a run reads is checked before it writes anything into the results folder.
     state = read_checkpoint(resume_from) if resume_from is not None else {"step": 0}
-    meta = read_meta(data_dir)
-    train_split, val_split = Split(data_dir, "train", meta), Split(data_dir, "val", meta)
     fast_math(device)
     global_batch = run.batch_per_gpu * env.world_size
     results_dir.mkdir(parents=True, exist_ok=True)
