@@ -41,16 +41,16 @@ def main(argv=None) -> None:
     p.add_argument("--output", help="folder for PNGs with boxes and masks drawn")
     add_load_args(p)
     a = parse_args(p, argv)
+    repo = Path(a.repository)
+    if not a.url and not (repo / MODEL / "config.pbtxt").is_file():
+        raise UserError(f"{repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
 
-    import torch
+    import torch  # once the repository has passed its check
     from zoo.triton.client import serve_or_connect
 
     from maskrcnn.detect import count_line, draw, load_image
     from maskrcnn.export import OUTPUTS
 
-    repo = Path(a.repository)
-    if not a.url and not (repo / MODEL / "config.pbtxt").is_file():
-        raise UserError(f"{repo} holds no {MODEL}/config.pbtxt: run scripts/export_triton.sh first")
     loaded = [load_image(path) for path in a.images]
 
     with serve_or_connect(repo, MODEL, url=a.url, protocol=a.protocol) as url:

@@ -112,10 +112,10 @@ def main(argv=None) -> None:
     )
     p.add_argument("--results-dir", help="write detections.json (COCO results) and scores.json here")
     a = parse_args(p, argv)
+    image_dir, annotation_file = evaluation_split(a)  # the flags and the folders, before torch
 
     from maskrcnn.data import build_loader
 
-    image_dir, annotation_file = evaluation_split(a)
     model, state = load_model(a.checkpoint, a.device)
     loader = build_loader(image_dir, annotation_file, train=False, batch_size=a.batch_size, workers=a.workers)
     if loader.dataset.num_classes > state["num_classes"]:

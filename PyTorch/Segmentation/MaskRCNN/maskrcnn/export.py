@@ -126,14 +126,15 @@ def main(argv=None) -> None:
     p.add_argument("--num-classes", type=int, default=91, help="with --random-init")
     add_repository_args(p, onnx_models="maskrcnn_onnx")
     a = parse_args(p, argv)
-
-    import torch
     from zoo.triton.repository import refuse_existing_models
+
+    refuse_existing_models(a.repository, TRITON_MODELS, force=a.force)
+
+    import torch  # once the repository has passed its check
 
     from maskrcnn.evaluate import load_model
     from maskrcnn.model import build_model
 
-    refuse_existing_models(a.repository, TRITON_MODELS, force=a.force)
     if a.checkpoint:
         model, _ = load_model(a.checkpoint, "cpu")
     else:
