@@ -106,14 +106,15 @@ def main(argv=None) -> None:
     p.add_argument("--force", action="store_true", help="replace the models if the repository holds them")
     args = zoo.cli.parse_args(p, argv)
 
-    from unet3d.checkpoints import trained_model
-    from unet3d.step import patch_shape
-
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
         raise UserError(f"unknown model kind(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     refuse_existing_models(args.repository, [f"unet3d_{kind}" for kind in models], force=args.force)
+
+    from unet3d.checkpoints import trained_model
+    from unet3d.step import patch_shape
+
     model, recipe = trained_model(zoo.cli.recipe_from_args(args), args.checkpoint, args.pretrained)
     export_repository(
         model, args.repository, patch=patch_shape(recipe), overlap=float(recipe["eval"]["overlap"]), models=models,

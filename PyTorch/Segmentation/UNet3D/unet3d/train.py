@@ -208,13 +208,7 @@ def evaluation_due(recipe: dict, run: RunConfig, epoch: int, last: bool) -> bool
 def train(args) -> dict:
     """Build the run, resume, train epoch by epoch, evaluate, checkpoint, stop at the target; returns the
     last evaluation's metrics, the best Dice and the trained model."""
-    import torch
-
-    from unet3d.checkpoints import load_model_state
-    from unet3d.data import PatchLoader
-    from unet3d.engine import Throughput, TrainState, evaluate, train_one_epoch
-    from unet3d.step import build_model, build_train_step, lr_schedule, patch_shape, recipe_levers
-
+    # The recipe and --resume are checked before torch is imported: bad input ends in a second.
     recipe = build_recipe(args)
     run = run_config(recipe, args.recipe)
     if run.eval_every is not None and run.eval_every.unit != "epochs":
@@ -223,6 +217,14 @@ def train(args) -> dict:
         )
     results_dir = pathlib.Path(args.results_dir)
     resume_path = zoo.cli.resolve_resume(args.resume, results_dir / CHECKPOINT_NAME)
+
+    import torch
+
+    from unet3d.checkpoints import load_model_state
+    from unet3d.data import PatchLoader
+    from unet3d.engine import Throughput, TrainState, evaluate, train_one_epoch
+    from unet3d.step import build_model, build_train_step, lr_schedule, patch_shape, recipe_levers
+
     recipe_levers(recipe)  # a misspelt lever ends the run here, before any data is read
     patch = patch_shape(recipe)
     env, device = init_distributed(args.device)
