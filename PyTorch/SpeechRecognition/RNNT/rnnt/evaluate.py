@@ -48,6 +48,9 @@ def main(argv=None) -> dict:
 
     args = parse_args(build_parser(), argv)
 
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UserError(f"--batch-size must be a positive integer, not {args.batch_size}")
+
     import torch
     from zoo.io import atomic_write
 
@@ -55,8 +58,6 @@ def main(argv=None) -> dict:
     from rnnt.engine import evaluate
     from rnnt.inference import load_recognizer
 
-    if args.batch_size is not None and args.batch_size < 1:
-        raise UserError(f"--batch-size must be a positive integer, not {args.batch_size}")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     recognizer = load_recognizer(args.checkpoint, device, args.amp)
     if not args.data_dir:

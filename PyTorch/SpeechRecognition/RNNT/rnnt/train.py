@@ -185,17 +185,19 @@ def main(argv=None) -> dict:
         seed_everything,
     )
 
-    from rnnt.data import Utterances, load_tokenizer
-    from rnnt.engine import epoch_loader, evaluate, train_one_epoch
-    from rnnt.model import build_model
-    from rnnt.step import TrainStep
-
+    # The recipe and --resume are checked before torch is imported: bad input ends in a second.
     recipe = recipe_from_args(args)
     run = run_config(recipe, args.recipe)
     check_run(run, args.recipe)
     data_cfg = recipe["data"]
     results = pathlib.Path(args.results_dir)
     resume_from = resolve_resume(args.resume, results / CHECKPOINT_NAME)
+
+    from rnnt.data import Utterances, load_tokenizer
+    from rnnt.engine import epoch_loader, evaluate, train_one_epoch
+    from rnnt.model import build_model
+    from rnnt.step import TrainStep
+
     # Everything a run reads is checked before it writes anything into the results folder.
     state = read_training_checkpoint(resume_from) if resume_from is not None else None
     if not args.synthetic:
