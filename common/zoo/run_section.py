@@ -89,6 +89,14 @@ class RunConfig:
     seed: int
     target: Target
 
+    def require_epoch_evaluations(self, model: str) -> None:
+        """UserError unless ``eval_every`` counts whole epochs (or is null): for loops that evaluate only
+        between epochs."""
+        if self.eval_every is not None and self.eval_every.unit != "epochs":
+            raise UserError(
+                f"run.eval_every: {model} evaluates after whole epochs ('N epochs' or null), not {self.eval_every}"
+            )
+
 
 def run_config(recipe: dict, path="recipe") -> RunConfig:
     """``recipe["run"]`` as a RunConfig. A missing, unknown or mistyped key, or a value out of range,

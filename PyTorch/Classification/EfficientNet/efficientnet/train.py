@@ -253,10 +253,7 @@ def train(args) -> dict:
     # framework is imported: a mistake there ends in one line at once.
     recipe = build_recipe(args)
     run = run_config(recipe, args.recipe)
-    if run.eval_every is not None and run.eval_every.unit != "epochs":
-        raise UserError(
-            f"run.eval_every: EfficientNet evaluates after whole epochs ('N epochs' or null), not {run.eval_every}"
-        )
+    run.require_epoch_evaluations("EfficientNet")
     variant_spec(str(recipe["model"]["variant"]))
     results_dir = pathlib.Path(args.results_dir)
     resume_path = zoo.cli.resolve_resume(args.resume, results_dir / CHECKPOINT_NAME)

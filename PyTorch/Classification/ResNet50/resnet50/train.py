@@ -260,10 +260,7 @@ def train(args) -> dict:
     # framework is imported: a mistake there ends in one line at once.
     recipe = build_recipe(args)
     run = run_config(recipe, args.recipe)
-    if run.eval_every is not None and run.eval_every.unit != "epochs":
-        raise UserError(
-            f"run.eval_every: ResNet-50 evaluates after whole epochs ('N epochs' or null), not {run.eval_every}"
-        )
+    run.require_epoch_evaluations("ResNet-50")
     results_dir = pathlib.Path(args.results_dir)
     resume_path = zoo.cli.resolve_resume(args.resume, results_dir / CHECKPOINT_NAME)
     classes = data_classes(recipe, args.data_dir)

@@ -211,10 +211,7 @@ def train(args) -> dict:
     # The recipe and --resume are checked before torch is imported: bad input ends in a second.
     recipe = build_recipe(args)
     run = run_config(recipe, args.recipe)
-    if run.eval_every is not None and run.eval_every.unit != "epochs":
-        raise UserError(
-            f"run.eval_every: the 3D U-Net evaluates after whole epochs ('N epochs' or null), not {run.eval_every}"
-        )
+    run.require_epoch_evaluations("the 3D U-Net")
     results_dir = pathlib.Path(args.results_dir)
     resume_path = zoo.cli.resolve_resume(args.resume, results_dir / CHECKPOINT_NAME)
 
