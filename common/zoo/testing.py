@@ -4,10 +4,18 @@
 receives SIGTERM right after optimizer step ``step`` (through :class:`zoo.cli.Preemption`, the check that
 every training loop makes after each step): the preemption a scheduler sends, at a known step, so that a
 test can compare the resumed run with an unbroken one step by step.
+
+``tf_workers(count, command, logs)`` runs ``count`` TensorFlow workers on 127.0.0.1 as one
+MultiWorkerMirroredStrategy cluster, for the multi-worker tests of the TensorFlow models.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import socket
+import subprocess
 import sys
 
 _SIGTERM_AT_STEP = """
@@ -28,3 +36,41 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 def sigterm_at_step(step: int, module: str, *args) -> list[str]:
     """The command: ``python -m module args``, sent SIGTERM after optimizer step ``step``."""
     return [sys.executable, "-c", _SIGTERM_AT_STEP, str(step), module, *map(str, args)]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (held together while chosen, so none repeats)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@contextlib.contextmanager
+def tf_workers(count: int, command, logs, **env):
+    """Start ``count`` processes, ``command(index)`` each, as the workers of one TensorFlow cluster on
+    127.0.0.1 (TF_CONFIG names them all and each its own index; ``env`` is added to the environment, with
+    TF_CPP_MIN_LOG_LEVEL=2). Each one's output goes to ``logs/worker{index}.log``. Yields the processes;
+    on leaving, those still running are killed."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(count)]}
+    procs, files = [], []
+    try:
+        for index in range(count):
+            task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            worker_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env, TF_CONFIG=json.dumps(task))
+            files.append(open(os.path.join(logs, f"worker{index}.log"), "w"))  # noqa: SIM115 - closed below
+            procs.append(
+                subprocess.Popen(command(index), env=worker_env, stdout=files[-1], stderr=subprocess.STDOUT)
+            )
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for file in files:
+            file.close()

@@ -2,36 +2,19 @@
 same weights on both; a SIGTERM to one stops both after the same step (zoo.tf.preemption)."""
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+from zoo.testing import tf_workers
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_two_workers_end_with_identical_weights(digits_tfrecords, tmp_path):
     """Weights and batch-norm statistics agree on both workers after 4 steps."""
-    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
-    procs = []
-    for index in range(2):
-        env = dict(os.environ, PYTHONPATH=str(MODEL_DIR), TF_CPP_MIN_LOG_LEVEL="2")
-        env["TF_CONFIG"] = json.dumps(
-            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        )
+
+    def command(index):
         cmd = [
             sys.executable,
             "-m",
@@ -47,16 +30,17 @@ def test_two_workers_end_with_identical_weights(digits_tfrecords, tmp_path):
             "--batch-size",
             "8",
         ]
-        cmd += ["--epochs", "1", "--steps-per-epoch", "4", "--dump-weights", str(tmp_path / "w{worker}.npz")]
-        log = open(tmp_path / f"worker{index}.log", "w")  # noqa: SIM115 - closed below
-        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
-    try:
-        codes = [p.wait(timeout=400) for p, _ in procs]
-    finally:
-        for p, log in procs:
-            if p.poll() is None:
-                p.kill()
-            log.close()
+        return cmd + [
+            "--epochs",
+            "1",
+            "--steps-per-epoch",
+            "4",
+            "--dump-weights",
+            str(tmp_path / "w{worker}.npz"),
+        ]
+
+    with tf_workers(2, command, tmp_path, PYTHONPATH=str(MODEL_DIR)) as procs:
+        codes = [p.wait(timeout=400) for p in procs]
     logs = [(tmp_path / f"worker{i}.log").read_text()[-2000:] for i in range(2)]
     assert codes == [0, 0], logs
     run = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -102,20 +86,12 @@ main()
 def test_a_sigterm_to_one_worker_stops_both_after_the_same_step(tmp_path):
     """The strategy's all-reduce carries worker 1's flag to worker 0, and the SIGTERM reaches zoo.cli's
     handler although building the strategy installs TensorFlow's own (zoo.tf gives it back)."""
-    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
-    procs = []
-    for index in range(2):
-        task = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(task), CUDA_VISIBLE_DEVICES="")
-        log = open(tmp_path / f"worker{index}.log", "w")  # noqa: SIM115 - closed below
-        procs.append((subprocess.Popen([sys.executable, "-c", WORKER], env=env, stdout=log, stderr=log), log))
-    try:
-        codes = [p.wait(timeout=180) for p, _ in procs]
-    finally:
-        for p, log in procs:
-            if p.poll() is None:
-                p.kill()
-            log.close()
+
+    def command(index):
+        return [sys.executable, "-c", WORKER]
+
+    with tf_workers(2, command, tmp_path, CUDA_VISIBLE_DEVICES="") as procs:
+        codes = [p.wait(timeout=180) for p in procs]
     logs = [(tmp_path / f"worker{i}.log").read_text() for i in range(2)]
     assert codes == [143, 143], [log[-2000:] for log in logs]
     for log in logs:

@@ -4,13 +4,13 @@ MultiWorkerMirroredStrategy workers on 127.0.0.1 hold identical weights."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from zoo.testing import tf_workers
 
 MODEL_DIR = Path(__file__).resolve().parents[1]
 TINY = str(MODEL_DIR / "configs" / "pretrain_tiny_cpu.yaml")
@@ -115,16 +115,6 @@ def test_mlm_accuracy_target_stops_the_run(packed_data, tmp_path):
         _run(["--recipe", TINY, "--synthetic", "--results-dir", tmp_path / "x", "--target-mlm-accuracy", 72])
 
 
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_two_workers_on_localhost_equal_one_process_with_their_global_batch(packed_data, tmp_path):
     """MultiWorkerMirroredStrategy, TF_CONFIG with 2 workers on 127.0.0.1 (ring all-reduce on the CPU), 4
     samples each: both end with the same weights, and train as one process on the 8 samples of each
@@ -133,25 +123,14 @@ def test_two_workers_on_localhost_equal_one_process_with_their_global_batch(pack
     turns tiny gradient differences into visible ones; zero-initialised biases are not compared)."""
     common = ["--recipe", TINY, "--data-dir", str(packed_data), "--steps", "3", "--eval-every", "3"]
     common += ["--set", "dropout=0", "--log-every", "1"]
-    workers = [f"127.0.0.1:{p}" for p in _free_ports(2)]
-    procs = []
-    for index in range(2):
-        env = dict(os.environ, PYTHONPATH=str(MODEL_DIR), TF_CPP_MIN_LOG_LEVEL="2")
-        env["TF_CONFIG"] = json.dumps(
-            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        )
+
+    def command(index):
         cmd = [sys.executable, "-m", "bert_tf.pretrain", *common, "--results-dir", str(tmp_path / "run")]
-        cmd += ["--batch-size", "4", "--dump-weights", str(tmp_path / "w{worker}.npz")]
-        log = open(tmp_path / f"worker{index}.log", "w")  # noqa: SIM115 - closed below
-        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
-    try:
+        return cmd + ["--batch-size", "4", "--dump-weights", str(tmp_path / "w{worker}.npz")]
+
+    with tf_workers(2, command, tmp_path, PYTHONPATH=str(MODEL_DIR)) as procs:
         single = _run([*common, "--results-dir", tmp_path / "single", "--batch-size", 8])
-        codes = [p.wait(timeout=300) for p, _ in procs]
-    finally:
-        for p, log in procs:
-            if p.poll() is None:
-                p.kill()
-            log.close()
+        codes = [p.wait(timeout=300) for p in procs]
     logs = [(tmp_path / f"worker{i}.log").read_text()[-2000:] for i in range(2)]
     assert codes == [0, 0], logs
     run = json.loads((tmp_path / "run" / "run.json").read_text())
