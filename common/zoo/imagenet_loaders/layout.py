@@ -48,3 +48,11 @@ def check_layout(data_dir: str | os.PathLike | None, num_classes: int | None = N
             f"data dir {root} has {len(classes)} classes but the model has {num_classes} (--num-classes)"
         )
     return classes
+
+
+def recipe_classes(recipe: dict, data_dir) -> list[str] | None:
+    """The class names of a recipe's image folder (None for synthetic data), its layout checked against
+    the recipe's ``model.num_classes``."""
+    if recipe["data"]["backend"] == "synthetic":
+        return None
+    return check_layout(data_dir, int(recipe["model"]["num_classes"]))

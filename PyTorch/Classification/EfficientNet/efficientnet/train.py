@@ -25,6 +25,7 @@ import zoo.cli
 from zoo.cli import Preemption, entry_point
 from zoo.dist import get_dist_env
 from zoo.errors import UserError
+from zoo.imagenet_loaders.layout import recipe_classes
 from zoo.log import MetricsLogger
 from zoo.recipe import COMPILE_MODES, RunConfig, run_config
 from zoo.retention import improves
@@ -44,8 +45,6 @@ from zoo.torch import (
 from efficientnet import DEFAULT_RECIPE
 
 if TYPE_CHECKING:
-    from zoo.imagenet_loaders import DataConfig
-
     from efficientnet.engine import TrainState
 
 # What a checkpoint of this script holds besides zoo's fields (--resume refuses a file without them).
@@ -175,25 +174,6 @@ def run_length(run: RunConfig, steps_per_epoch: int) -> tuple[int, int]:
     return run.epochs, run.epochs * steps_per_epoch
 
 
-def data_classes(recipe: dict, data_dir) -> list[str] | None:
-    """The class names of the image folder (None for synthetic data): its layout, checked before the
-    framework is imported."""
-    from zoo.imagenet_loaders import check_layout
-
-    if recipe["data"]["backend"] == "synthetic":
-        return None
-    return check_layout(data_dir, int(recipe["model"]["num_classes"]))
-
-
-def check_data(data: DataConfig, classes: list[str] | None, primary: bool) -> None:
-    """Every validation image decoded now (those manifest.json does not vouch for): a corrupt one ends
-    the run here, not after an epoch of training."""
-    from zoo.imagenet_loaders.verify import check_split
-
-    if classes is not None and primary:
-        check_split(data.data_dir, "val", classes)
-
-
 def checkpoint_state(step, scheduler, state: TrainState, recipe: dict, classes) -> dict:
     """What checkpoint.pt holds (STATE_FIELDS): zoo's training-state fields and this model's."""
     return {
@@ -257,10 +237,11 @@ def train(args) -> dict:
     variant_spec(str(recipe["model"]["variant"]))
     results_dir = pathlib.Path(args.results_dir)
     resume_path = zoo.cli.resolve_resume(args.resume, results_dir / CHECKPOINT_NAME)
-    classes = data_classes(recipe, args.data_dir)
+    classes = recipe_classes(recipe, args.data_dir)
 
     import torch
     from zoo.imagenet_loaders import DataConfig, build_loader
+    from zoo.imagenet_loaders.verify import check_split
 
     from efficientnet.checkpoints import (
         default_preprocessing,
@@ -292,7 +273,10 @@ def train(args) -> dict:
         synthetic_batches=args.steps_per_epoch or 100,
     )  # fmt: skip
     data = dataclasses.replace(data, val_preprocessing=default_preprocessing(data.image_size))
-    check_data(data, classes, primary)
+    if classes is not None and primary:
+        # every validation image decoded now (those manifest.json does not vouch for): a corrupt one
+        # ends the run here, not after an epoch of training
+        check_split(data.data_dir, "val", classes)
     # Weights to start from and the state to resume are read here too, before anything is written.
     model = build_model(recipe)
     weights = resolve_weights(args.pretrained, args.init_checkpoint)
