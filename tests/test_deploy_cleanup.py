@@ -9,7 +9,9 @@ One cheap model stands for all: PyTorch ResNet-50 at 32x32 pixels served by the 
 
 from __future__ import annotations
 
+import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -95,6 +97,16 @@ def run_watched(command, timeout=240):
     return process.returncode, text, list(seen.values()), left
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def names(processes) -> list[str]:
     return sorted({p.name for p in processes})
 
@@ -169,7 +181,12 @@ def test_sigkill_of_the_deploy_takes_its_server_down(exported):
     assert "tritonserver" in names(run.served_by), run.output[-3000:]
     assert run.returncode == -signal.SIGKILL
     assert run.left_running == [], run.output[-3000:]
-    left_behind = set(pathlib.Path(tempfile.gettempdir()).glob("zoo-*")) - before
+    # only the dead deploy's folders (zoo-<kind>-<pid>-*): other runs on the machine make zoo-* folders too
+    left_behind = {
+        p
+        for p in set(pathlib.Path(tempfile.gettempdir()).glob("zoo-*")) - before
+        if (m := re.fullmatch(r"zoo-[a-z]+-(\d+)-.*", p.name)) and not pid_alive(int(m.group(1)))
+    }
     assert left_behind, "the killed deploy left no temporary folder: nothing for the sweep to show"
     assert left_behind <= set(sweep_stale_work_dirs())
     assert not any(p.exists() for p in left_behind)
