@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 
 import pytest
 from zoo.cli import add_run_args, add_target_arg, parse_args, recipe_from_args, resolve_resume
@@ -338,3 +341,43 @@ def test_ranks_of_another_framework_agree_through_its_collective():
         with pytest.raises(Terminated):
             preemption.stop()
     assert asked[-1] is True and len(asked) == 4
+
+
+@pytest.mark.parametrize(
+    ("environ", "devices", "expected"),
+    [
+        ({}, [], "PASSIVE"),  # no GPU: idle OpenMP threads sleep
+        ({}, ["nvidia0", "nvidiactl"], None),  # a GPU: OpenMP's own default
+        ({"CUDA_VISIBLE_DEVICES": ""}, ["nvidia0"], "PASSIVE"),  # GPUs hidden
+        ({"CUDA_VISIBLE_DEVICES": "-1"}, ["nvidia0"], "PASSIVE"),
+        ({"CUDA_VISIBLE_DEVICES": "1"}, ["nvidia0", "nvidia1"], None),
+        ({"CUDA_VISIBLE_DEVICES": "0"}, ["nvidiactl"], "PASSIVE"),  # a driver node, no GPU
+        ({"OMP_WAIT_POLICY": "ACTIVE"}, [], "ACTIVE"),  # the caller's choice stays
+    ],
+)
+def test_openmp_threads_sleep_on_a_machine_without_gpu(tmp_path, environ, devices, expected):
+    from zoo.cli import cpu_thread_defaults
+
+    for name in devices:
+        (tmp_path / name).touch()
+    environ = dict(environ)
+    cpu_thread_defaults(environ, dev=tmp_path)
+    assert environ.get("OMP_WAIT_POLICY") == expected
+
+
+def test_an_entry_point_sets_the_wait_policy_before_main_runs():
+    script = """
+import os
+from zoo.cli import entry_point
+
+@entry_point
+def main():
+    print(os.environ.get("OMP_WAIT_POLICY"))
+
+main()
+"""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["CUDA_VISIBLE_DEVICES"] = ""  # as on a machine without a GPU, here and on the GPU machine
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "PASSIVE"
