@@ -40,6 +40,10 @@ for i, colour in enumerate([(200, 30, 20), (20, 200, 30), (30, 20, 200)]):
     Image.new("RGB", (40, 48), colour).save(f"{sys.argv[2]}/{i}.png")
 """
 
+SERVED_COPIES = (
+    5_000  # copies of the three images each signal test asks the deploy to classify (argv ~0.7 MB)
+)
+
 
 def deploy_env() -> dict:
     env = model_env(MODEL_DIR)
@@ -153,8 +157,9 @@ def test_error_while_serving_leaves_nothing_running(exported):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_leaves_nothing_running(exported, sig, while_):
     repo, images = exported
-    # Enough images that the deploy is still serving when the signal arrives.
-    command = deploy_command(repo, images * 1000, "--image-size", str(SIZE))
+    # Enough images that the deploy is still serving when the signal arrives: 3,000 took 16 s idle, and
+    # beside a make test's suites the signal once came after they were all served.
+    command = deploy_command(repo, images * SERVED_COPIES, "--image-size", str(SIZE))
     ready_text = "tritonserver ready" if while_ == "serving" else None
     run = signal_when_serving(command, sig, ready_text=ready_text, env=deploy_env(), timeout=240)
     assert "tritonserver" in names(run.served_by), run.output[-3000:]
@@ -174,7 +179,7 @@ def test_sigkill_of_the_deploy_takes_its_server_down(exported):
 
     repo, images = exported
     before = set(pathlib.Path(tempfile.gettempdir()).glob("zoo-*"))
-    command = deploy_command(repo, images * 1000, "--image-size", str(SIZE))
+    command = deploy_command(repo, images * SERVED_COPIES, "--image-size", str(SIZE))
     run = signal_when_serving(
         command, signal.SIGKILL, ready_text="tritonserver ready", env=deploy_env(), timeout=240, settle=30
     )
