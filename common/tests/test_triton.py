@@ -583,3 +583,27 @@ main()
     assert done.returncode == 143, done.stderr
     assert "Traceback" not in done.stderr and "slept through" not in done.stdout, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("terminated (SIGTERM)"), done.stderr
+
+
+def test_reading_a_running_commands_output_leaves_its_lines_whole():
+    """signal_when_serving polls the command's output for the ready line while the command writes to the
+    same file: a read must not move the offset the command writes at (a seek to 0 did, and later lines
+    landed over the first ones)."""
+    import tempfile
+
+    from zoo.triton.processes import _read_all
+
+    lines = 20_000
+    with tempfile.TemporaryFile("w+") as output:
+        child = subprocess.Popen(
+            [sys.executable, "-c", f"import sys\nfor i in range({lines}): print(f'line {{i}}', flush=True)"],
+            stdout=output,
+        )
+        reads = 0
+        while child.poll() is None:
+            _read_all(output)
+            reads += 1
+        child.wait()
+        text = _read_all(output)
+    assert reads >= 3  # it did read while the command wrote
+    assert text.splitlines() == [f"line {i}" for i in range(lines)]

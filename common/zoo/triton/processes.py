@@ -8,6 +8,7 @@ servers a command started, and which of them outlived it after a signal.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import signal
 import subprocess
@@ -115,6 +116,7 @@ def signal_when_serving(
 
 
 def _read_all(file) -> str:
-    file.flush()
-    file.seek(0)
-    return file.read()
+    """What the command wrote so far. pread, not seek + read: the command's stdout shares this file's
+    offset, and a seek to 0 while it writes put its next lines over the first ones (a ready line lost)."""
+    fd = file.fileno()
+    return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
