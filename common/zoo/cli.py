@@ -343,8 +343,8 @@ def cpu_thread_defaults(environ=None, dev="/dev") -> None:
     """On a machine without a visible NVIDIA GPU, make OpenMP's idle threads sleep instead of spinning
     (``OMP_WAIT_POLICY=PASSIVE``) unless the caller set the variable. OpenMP reads it once, when the
     framework is loaded, so :func:`entry_point` calls this before ``main`` imports torch or MXNet.
-    Spinning threads on cores that other jobs use cost a CPU run 1.7x its time (ResNet-50 digits, 2 cores
-    under load, PERF.md); GPU machines keep OpenMP's default."""
+    Spinning threads on cores that other jobs use cost a CPU run 2-8x its time, sleeping ones 1.1-1.5x on
+    an idle CPU (ResNet-50 digits on 2 cores, its PERF.md); GPU machines keep OpenMP's default."""
     environ = os.environ if environ is None else environ
     if "OMP_WAIT_POLICY" not in environ and not gpu_visible(environ, dev):
         environ["OMP_WAIT_POLICY"] = "PASSIVE"
