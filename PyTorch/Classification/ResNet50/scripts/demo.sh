@@ -45,7 +45,7 @@ step "3/6 evaluate the checkpoint on the held-out images (chance is 10%)"
 
 step "4/6 export TorchScript + ONNX into the Triton model repository ${REPO}"
 "${PYTHON}" -m resnet50.export --checkpoint "${RESULTS}/checkpoint.pt" --repository "${REPO}" --num-classes 10 \
-  --image-size "${SIZE}" --instance-kind KIND_CPU --max-batch-size 16
+  --image-size "${SIZE}" --instance-kind KIND_CPU --max-batch-size 16 --force  # replaces an earlier demo's models
 
 step "5/6 serve with tritonserver (python backend running the ONNX model) and classify held-out images"
 HELD_OUT="${DEMO_DIR}/held_out"
