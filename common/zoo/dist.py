@@ -143,3 +143,15 @@ def end_with_parent(sig: int, parent: int | None = None) -> None:
         return
     if parent is not None and os.getppid() != parent:
         os.kill(os.getpid(), sig)
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs any more (one of another user counts as running): for folders named
+    after the process that owns them, which a later start removes once their owner has died."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

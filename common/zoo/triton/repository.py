@@ -29,6 +29,7 @@ import re
 import shutil
 from dataclasses import dataclass
 
+from zoo.dist import process_gone
 from zoo.errors import UserError
 
 ONNX_PYTHON_MODEL = pathlib.Path(__file__).with_name("onnx_model.py")
@@ -220,13 +221,8 @@ def _sweep_stale_builds(repo_dir: pathlib.Path) -> None:
         match = re.match(rf"{re.escape(_BUILD_PREFIX)}(\d+)-", folder.name)
         if not match or int(match.group(1)) == os.getpid():
             continue
-        try:
-            os.kill(int(match.group(1)), 0)
-            continue  # its export still runs
-        except ProcessLookupError:
+        if process_gone(int(match.group(1))):  # else its export still runs
             shutil.rmtree(folder, ignore_errors=True)
-        except PermissionError:
-            continue
 
 
 def validate_repository(repo) -> list[pathlib.Path]:

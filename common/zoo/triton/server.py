@@ -28,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 
-from zoo.dist import end_with_parent
+from zoo.dist import end_with_parent, process_gone
 from zoo.errors import UserError
 
 
@@ -283,13 +283,8 @@ def sweep_stale_work_dirs() -> list[pathlib.Path]:
         match = re.fullmatch(r"zoo-[a-z]+-(\d+)-.*", folder.name)
         if not match or not folder.is_dir() or int(match.group(1)) == os.getpid():
             continue
-        try:
-            os.kill(int(match.group(1)), 0)
+        if not process_gone(int(match.group(1))):
             continue  # its process still runs
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue  # another user's process
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
